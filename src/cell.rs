@@ -1,0 +1,348 @@
+//! The benchmark matrix's vocabulary: one enum per dimension, and a [`Cell`] as one point of
+//! their product. Every enum parses from the CLI spelling and lists the valid spellings when it
+//! does not, so a typo is an exit-2 error that names the choices.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Declares a dimension enum with its CLI spellings, `Display`, `FromStr` and `ALL`.
+macro_rules! dimension {
+    ($(#[$m:meta])* $name:ident, $what:literal { $($(#[$vm:meta])* $var:ident => $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub enum $name { $($(#[$vm])* $var),+ }
+
+        impl $name {
+            /// Every value, in display order.
+            pub const ALL: &'static [$name] = &[$($name::$var),+];
+            /// The CLI spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$var => $s),+ }
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+        impl std::str::FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, UnknownValue> {
+                match s.trim() {
+                    $($s => Ok($name::$var),)+
+                    other => Err(UnknownValue {
+                        what: $what,
+                        got: other.to_string(),
+                        valid: vec![$($s),+],
+                    }),
+                }
+            }
+        }
+        impl TryFrom<String> for $name {
+            type Error = UnknownValue;
+            fn try_from(s: String) -> Result<Self, UnknownValue> { s.parse() }
+        }
+        impl From<$name> for String {
+            fn from(v: $name) -> String { v.as_str().to_string() }
+        }
+    };
+}
+
+/// A value that is not one of a dimension's spellings.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown {what} '{got}' (valid: {})", valid.join(", "))]
+pub struct UnknownValue {
+    /// The dimension.
+    pub what: &'static str,
+    /// What the user wrote.
+    pub got: String,
+    /// The valid spellings.
+    pub valid: Vec<&'static str>,
+}
+
+dimension!(
+    /// Which hypervisor runs the guest.
+    Hypervisor, "hypervisor" {
+        /// QEMU with KVM acceleration (`<domain type='kvm'>`).
+        Kvm => "kvm",
+        /// QEMU with TCG, no acceleration (`<domain type='qemu'>`).
+        Qemu => "qemu",
+        /// Xen through libvirt's libxl driver.
+        Xen => "xen",
+    }
+);
+
+dimension!(
+    /// Where the disk under test lives.
+    Backend, "backend" {
+        /// An image file in a local directory.
+        Local => "local",
+        /// A whole local block device (the "native partition" case).
+        Block => "block",
+        /// An image file on an NFS export.
+        Nfs => "nfs",
+        /// An iSCSI LUN.
+        Iscsi => "iscsi",
+        /// An LVM logical volume.
+        Lvm => "lvm",
+    }
+);
+
+dimension!(
+    /// The disk image format.
+    Format, "format" {
+        /// QEMU copy-on-write v2.
+        Qcow2 => "qcow2",
+        /// Raw bytes.
+        Raw => "raw",
+    }
+);
+
+dimension!(
+    /// The guest-visible disk bus.
+    Bus, "bus" {
+        /// virtio-blk (`vdX`).
+        VirtioBlk => "virtio-blk",
+        /// virtio-scsi (`sdX`).
+        VirtioScsi => "virtio-scsi",
+    }
+);
+
+dimension!(
+    /// QEMU's host cache mode for the disk.
+    CacheMode, "cache mode" {
+        /// O_DIRECT, no host page cache.
+        None => "none",
+        /// Host page cache, write-back.
+        Writeback => "writeback",
+        /// Host page cache, write-through.
+        Writethrough => "writethrough",
+        /// O_DIRECT plus no flushes.
+        Directsync => "directsync",
+        /// Flushes ignored (unsafe).
+        Unsafe => "unsafe",
+    }
+);
+
+dimension!(
+    /// QEMU's AIO mode for the disk.
+    IoMode, "io mode" {
+        /// Linux native AIO (needs cache=none or directsync).
+        Native => "native",
+        /// A thread pool.
+        Threads => "threads",
+        /// io_uring.
+        IoUring => "io_uring",
+    }
+);
+
+dimension!(
+    /// How the Xen guest is virtualized (ignored for KVM/QEMU).
+    XenMode, "xen mode" {
+        /// PVH: paravirtualized, hardware-assisted.
+        Pvh => "pvh",
+        /// Fully virtualized.
+        Hvm => "hvm",
+    }
+);
+
+dimension!(
+    /// What the guest puts on the disk under test before the engine runs.
+    Layout, "layout" {
+        /// The raw device.
+        Raw => "raw",
+        /// An ext4 filesystem made in the guest.
+        Ext4 => "ext4",
+        /// An XFS filesystem made in the guest.
+        Xfs => "xfs",
+    }
+);
+
+impl IoMode {
+    /// libvirt spells io_uring as `io_uring` too; kept as a method so the mapping has one place.
+    pub fn libvirt_name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// A workload as named on the CLI: a preset or a user fio job file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum WorkloadId {
+    /// A built-in preset, by name (see [`crate::workload::PRESETS`]).
+    Preset(String),
+    /// `file:PATH`: a user fio job file.
+    FioFile(std::path::PathBuf),
+}
+
+impl fmt::Display for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkloadId::Preset(n) => f.write_str(n),
+            WorkloadId::FioFile(p) => write!(f, "file:{}", p.display()),
+        }
+    }
+}
+
+impl std::str::FromStr for WorkloadId {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        let s = s.trim();
+        if let Some(path) = s.strip_prefix("file:") {
+            return Ok(WorkloadId::FioFile(path.into()));
+        }
+        crate::workload::PRESETS
+            .iter()
+            .find(|p| p.name == s)
+            .map(|p| WorkloadId::Preset(p.name.to_string()))
+            .ok_or_else(|| {
+                let mut valid: Vec<&'static str> =
+                    crate::workload::PRESETS.iter().map(|p| p.name).collect();
+                valid.push("file:PATH");
+                UnknownValue { what: "workload", got: s.to_string(), valid }
+            })
+    }
+}
+
+impl TryFrom<String> for WorkloadId {
+    type Error = UnknownValue;
+    fn try_from(s: String) -> Result<Self, UnknownValue> {
+        s.parse()
+    }
+}
+impl From<WorkloadId> for String {
+    fn from(v: WorkloadId) -> String {
+        v.to_string()
+    }
+}
+
+/// One point of the matrix: everything that decides how the disk under test is built and used.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Cell {
+    /// Which hypervisor.
+    pub hypervisor: Hypervisor,
+    /// Xen virtualization mode; `None` for KVM/QEMU.
+    pub xen_mode: Option<XenMode>,
+    /// Where the disk lives.
+    pub backend: Backend,
+    /// Image format.
+    pub format: Format,
+    /// Guest disk bus.
+    pub bus: Bus,
+    /// Host cache mode.
+    pub cache: CacheMode,
+    /// Host AIO mode.
+    pub io: IoMode,
+    /// What the guest puts on the disk.
+    pub layout: Layout,
+    /// The I/O engine job.
+    pub workload: WorkloadId,
+}
+
+impl Cell {
+    /// A stable, filesystem- and libvirt-name-safe identifier, e.g.
+    /// `qemu-local-qcow2-virtio-blk-none-native-raw-pg-randrw`.
+    pub fn id(&self) -> String {
+        let mut parts = vec![self.hypervisor.as_str().to_string()];
+        if let Some(m) = self.xen_mode {
+            parts.push(m.as_str().to_string());
+        }
+        parts.extend([
+            self.backend.as_str().into(),
+            self.format.as_str().into(),
+            self.bus.as_str().into(),
+            self.cache.as_str().into(),
+            self.io.as_str().replace('_', ""),
+            self.layout.as_str().into(),
+            workload_slug(&self.workload),
+        ]);
+        parts.join("-")
+    }
+
+    /// A short label for table headers: only hypervisor, backend, format (and the datapath
+    /// dimensions when they differ from the defaults).
+    pub fn label(&self) -> String {
+        let mut s = format!("{}/{}/{}", self.hypervisor, self.backend, self.format);
+        if let Some(m) = self.xen_mode {
+            s = format!("{}-{m}/{}/{}", self.hypervisor, self.backend, self.format);
+        }
+        if self.bus != Bus::VirtioBlk {
+            s.push_str(&format!("/{}", self.bus));
+        }
+        if self.cache != CacheMode::None || self.io != IoMode::Native {
+            s.push_str(&format!("/{}+{}", self.cache, self.io));
+        }
+        if self.layout != Layout::Raw {
+            s.push_str(&format!("/{}", self.layout));
+        }
+        s
+    }
+}
+
+/// File-name-safe slug of a workload (a job file becomes `file-<stem>`).
+fn workload_slug(w: &WorkloadId) -> String {
+    match w {
+        WorkloadId::Preset(n) => n.clone(),
+        WorkloadId::FioFile(p) => {
+            let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("job");
+            let safe: String = stem
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .collect();
+            format!("file-{safe}")
+        }
+    }
+}
+
+/// Parses a comma list of a dimension (`"qcow2,raw"`), rejecting empty lists and duplicates.
+pub fn parse_list<T>(s: &str) -> Result<Vec<T>, UnknownValue>
+where
+    T: std::str::FromStr<Err = UnknownValue> + PartialEq,
+{
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let v: T = part.parse()?;
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_value_lists_the_valid_ones() {
+        let e = "vmware".parse::<Hypervisor>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)");
+        let e = "pg".parse::<WorkloadId>().unwrap_err();
+        assert!(e.to_string().contains("pg-randrw"), "{e}");
+        assert!(e.to_string().contains("file:PATH"), "{e}");
+    }
+
+    #[test]
+    fn lists_parse_and_dedupe() {
+        let v: Vec<Format> = parse_list("qcow2, raw,qcow2").unwrap();
+        assert_eq!(v, vec![Format::Qcow2, Format::Raw]);
+        assert!(parse_list::<Format>("qcow2,vmdk").is_err());
+    }
+
+    #[test]
+    fn cell_id_is_name_safe() {
+        let c = Cell {
+            hypervisor: Hypervisor::Qemu,
+            xen_mode: None,
+            backend: Backend::Local,
+            format: Format::Qcow2,
+            bus: Bus::VirtioBlk,
+            cache: CacheMode::None,
+            io: IoMode::IoUring,
+            layout: Layout::Raw,
+            workload: WorkloadId::FioFile("/x/my job<1>.fio".into()),
+        };
+        let id = c.id();
+        assert!(id.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_'), "{id}");
+        assert_eq!(id, "qemu-local-qcow2-virtio-blk-none-iouring-raw-file-my_job_1_");
+    }
+}

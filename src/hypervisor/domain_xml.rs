@@ -1,0 +1,1 @@
+//! Domain XML from typed structs; every value escaped by the serializer.

@@ -1,0 +1,1 @@
+//! The libvirt connection: connect, start a transient domain, destroy, find leftovers.

@@ -1,0 +1,20 @@
+//! vmbench: benchmarks storage as a virtual machine sees it.
+//!
+//! A matrix of [`cell::Cell`]s (hypervisor x backend x format x bus x cache/io x workload) is
+//! expanded (`matrix`), each cell's disk is provisioned (`storage`), a guest is booted through
+//! libvirt (`hypervisor`) from the vmbench image (`image`), the agent in it runs the engine
+//! (`guest`, `workload`), host-side figures are taken over the same window (`metrics`), and the
+//! record is stored (`results`), reported (`report`) and compared (`compare`).
+
+pub mod cell;
+pub mod compare;
+pub mod error;
+pub mod guest;
+pub mod hypervisor;
+pub mod image;
+pub mod matrix;
+pub mod metrics;
+pub mod report;
+pub mod results;
+pub mod storage;
+pub mod workload;

@@ -1,0 +1,1 @@
+//! iscsi storage backend.

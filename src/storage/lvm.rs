@@ -1,0 +1,1 @@
+//! lvm storage backend.

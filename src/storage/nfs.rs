@@ -1,0 +1,1 @@
+//! nfs storage backend.

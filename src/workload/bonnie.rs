@@ -1,0 +1,1 @@
+//! bonnie++: arguments, and parsing of its CSV line.

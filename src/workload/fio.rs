@@ -1,0 +1,1 @@
+//! fio: job text, and parsing of fio JSON output.
