@@ -1,1 +1,120 @@
-//! metrics
+//! Host-side figures over exactly the measurement window: the QEMU process's CPU (from /proc),
+//! QMP `query-blockstats` for the disk under test (host-observed operations and mean latency),
+//! and the embedded storage server's CPU and peak RSS. Guest-side figures come from the engine
+//! parsers in `workload`.
+
+pub mod proc;
+pub mod qmp;
+
+use crate::results::{Better, Metric, Value};
+use std::time::Instant;
+
+/// A snapshot at one end of the window.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    at: Instant,
+    qemu: Option<proc::CpuTicks>,
+    server: Option<proc::CpuTicks>,
+    block: Option<qmp::DiskCounters>,
+}
+
+/// Host-side sources for one cell.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// QEMU's pid.
+    pub qemu_pid: Option<u32>,
+    /// The embedded storage server's pid (ganesha or tgtd), when one serves this cell.
+    pub server_pid: Option<u32>,
+    /// Name of the server, for labels.
+    pub server_name: Option<&'static str>,
+}
+
+/// Takes a snapshot now. `block` comes from QMP (the caller owns the domain handle).
+pub fn snapshot(src: &Sources, block: Option<qmp::DiskCounters>) -> Snapshot {
+    Snapshot {
+        at: Instant::now(),
+        qemu: src.qemu_pid.and_then(proc::cpu_ticks),
+        server: src.server_pid.and_then(proc::cpu_ticks),
+        block,
+    }
+}
+
+/// The host-side metrics between two snapshots, plus the server's peak RSS seen by `rss`.
+pub fn window_metrics(
+    start: &Snapshot,
+    end: &Snapshot,
+    server_peak_rss_kib: Option<u64>,
+    not_on: Option<&str>,
+) -> Vec<Metric> {
+    let secs = end.at.duration_since(start.at).as_secs_f64().max(1e-3);
+    let mut out = Vec::new();
+    let na = |why: &str| Value::NotAvailable(why.to_string());
+    let cpu = |a: &Option<proc::CpuTicks>, b: &Option<proc::CpuTicks>| match (a, b) {
+        (Some(a), Some(b)) => Some(b.since(a, secs)),
+        _ => None,
+    };
+    let qemu = cpu(&start.qemu, &end.qemu);
+    out.push(metric(
+        "host_qemu_usr_cpu_pct",
+        "Host QEMU CPU (usr)",
+        "%",
+        Better::Lower,
+        qemu.map(|c| Value::Number(c.0))
+            .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
+    ));
+    out.push(metric(
+        "host_qemu_sys_cpu_pct",
+        "Host QEMU CPU (sys)",
+        "%",
+        Better::Lower,
+        qemu.map(|c| Value::Number(c.1))
+            .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
+    ));
+    out.push(metric(
+        "host_qemu_cpu_pct",
+        "Host QEMU CPU (total)",
+        "%",
+        Better::Lower,
+        qemu.map(|c| Value::Number(c.0 + c.1))
+            .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
+    ));
+    if let Some(srv) = cpu(&start.server, &end.server) {
+        out.push(Metric::num(
+            "storage_server_cpu_pct",
+            "Storage server CPU",
+            "%",
+            Better::Lower,
+            srv.0 + srv.1,
+        ));
+    }
+    if let Some(kib) = server_peak_rss_kib {
+        out.push(Metric::num(
+            "storage_server_peak_rss_mib",
+            "Storage server peak RSS",
+            "MiB",
+            Better::Lower,
+            kib as f64 / 1024.0,
+        ));
+    }
+    match (&start.block, &end.block) {
+        (Some(a), Some(b)) => out.extend(b.since(a, secs)),
+        _ => out.push(metric(
+            "host_read_iops",
+            "Host-observed read IOPS",
+            "IOPS",
+            Better::Higher,
+            na(not_on.unwrap_or("no QMP block stats")),
+        )),
+    }
+    out
+}
+
+fn metric(key: &str, label: &str, unit: &str, better: Better, value: Value) -> Metric {
+    Metric {
+        key: key.into(),
+        label: label.into(),
+        unit: unit.into(),
+        better,
+        value,
+    }
+}
