@@ -490,7 +490,7 @@ mod tests {
             if want.is_empty() {
                 assert!(r.is_ok());
             } else {
-                let e = r.err().expect(want).to_string();
+                let e = r.expect_err(want).to_string();
                 assert!(e.contains(want), "{e} !~ {want}");
             }
         }
