@@ -1,1 +1,266 @@
-//! matrix
+//! The matrix: expansion of the dimensions into cells, the rules that skip impossible
+//! combinations (with the reason, listed before the run starts), include/exclude rules, and the
+//! run order that interleaves repeats (A B C, C B A, ...) to spread drift over all cells.
+
+pub mod config;
+pub mod progress;
+pub mod runner;
+
+use crate::cell::{Backend, Bus, CacheMode, Cell, Hypervisor, IoMode, Layout, WorkloadId};
+use crate::workload::Engine;
+use config::{ConfigError, MatrixConfig};
+use std::collections::BTreeMap;
+
+/// The expanded matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Cells that will run, in first-repeat order.
+    pub cells: Vec<Cell>,
+    /// Cells that cannot exist, with the reason.
+    pub skipped: Vec<(Cell, String)>,
+    /// Run order: (index into `cells`, repeat).
+    pub order: Vec<(usize, u32)>,
+}
+
+/// Expands the configuration.
+pub fn expand(cfg: &MatrixConfig) -> Plan {
+    let mut cells: Vec<Cell> = Vec::new();
+    let mut skipped: Vec<(Cell, String)> = Vec::new();
+    for cell in product(cfg) {
+        if cells.contains(&cell) || skipped.iter().any(|(c, _)| c == &cell) {
+            continue;
+        }
+        if !cfg.include.is_empty() && !cfg.include.iter().any(|r| rule_matches(r, &cell)) {
+            continue;
+        }
+        if cfg.exclude.iter().any(|r| rule_matches(r, &cell)) {
+            continue;
+        }
+        match skip_reason(&cell, cfg) {
+            Some(reason) => skipped.push((cell, reason)),
+            None => cells.push(cell),
+        }
+    }
+    let order = schedule(cells.len(), cfg.repeat);
+    Plan { cells, skipped, order }
+}
+
+fn product(cfg: &MatrixConfig) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for &hypervisor in &cfg.hypervisor {
+        let modes: Vec<_> = match hypervisor {
+            Hypervisor::Xen => cfg.xen_mode.iter().map(|m| Some(*m)).collect(),
+            _ => vec![None],
+        };
+        for xen_mode in modes {
+            for &backend in &cfg.backend {
+                for &format in &cfg.format {
+                    for &bus in &cfg.bus {
+                        for &cache in &cfg.cache {
+                            for &io in &cfg.io {
+                                for &layout in &cfg.layout {
+                                    for workload in &cfg.workload {
+                                        out.push(Cell {
+                                            hypervisor,
+                                            xen_mode,
+                                            backend,
+                                            format,
+                                            bus,
+                                            cache,
+                                            io,
+                                            layout: layout_for(workload, layout),
+                                            workload: workload.clone(),
+                                        });
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured).
+fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
+    if asked == Layout::Raw && crate::workload::engine_of(w) == Engine::Bonnie {
+        Layout::Ext4
+    } else {
+        asked
+    }
+}
+
+/// Why a cell cannot exist at all (on any host), or `None`.
+pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
+    if cell.io == IoMode::Native && !matches!(cell.cache, CacheMode::None | CacheMode::Directsync) {
+        return Some(format!(
+            "io=native needs cache=none or directsync (QEMU refuses native AIO with cache={})",
+            cell.cache
+        ));
+    }
+    if cell.hypervisor == Hypervisor::Xen {
+        if cell.bus != Bus::VirtioBlk {
+            return Some("xen: disks use Xen's block frontend; the bus dimension applies to KVM/QEMU only".into());
+        }
+        if cell.cache != CacheMode::None || cell.io != IoMode::Native {
+            return Some("xen: cache and io modes are QEMU options; libxl sets its own".into());
+        }
+        let mounted = cfg.storage.nfs_mount.is_some();
+        if let Err(skip) = crate::hypervisor::xen::datapath(cell.backend, cell.format, mounted) {
+            return Some(format!("xen: {skip}"));
+        }
+    }
+    None
+}
+
+/// Rule keys and their checks: every key must be a dimension and every value one of its values.
+pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for (k, v) in rule {
+        let ok: Result<(), crate::cell::UnknownValue> = match k.as_str() {
+            "hypervisor" => v.parse::<Hypervisor>().map(drop),
+            "xen_mode" => v.parse::<crate::cell::XenMode>().map(drop),
+            "backend" => v.parse::<Backend>().map(drop),
+            "format" => v.parse::<crate::cell::Format>().map(drop),
+            "bus" => v.parse::<Bus>().map(drop),
+            "cache" => v.parse::<CacheMode>().map(drop),
+            "io" => v.parse::<IoMode>().map(drop),
+            "layout" => v.parse::<Layout>().map(drop),
+            "workload" => v.parse::<WorkloadId>().map(drop),
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
+                     xen_mode, backend, format, bus, cache, io, layout, workload)"
+                )))
+            }
+        };
+        ok?;
+    }
+    if rule.is_empty() {
+        return Err(ConfigError::Invalid("an include/exclude rule is empty".into()));
+    }
+    Ok(())
+}
+
+fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
+    rule.iter().all(|(k, v)| {
+        let actual = match k.as_str() {
+            "hypervisor" => c.hypervisor.to_string(),
+            "xen_mode" => c.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
+            "backend" => c.backend.to_string(),
+            "format" => c.format.to_string(),
+            "bus" => c.bus.to_string(),
+            "cache" => c.cache.to_string(),
+            "io" => c.io.to_string(),
+            "layout" => c.layout.to_string(),
+            "workload" => c.workload.to_string(),
+            _ => return false,
+        };
+        actual == v.trim()
+    })
+}
+
+/// Parses a CLI rule `backend=nfs,format=raw`.
+pub fn parse_rule(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut rule = BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| {
+            ConfigError::Invalid(format!("rule part '{part}' is not DIMENSION=VALUE"))
+        })?;
+        rule.insert(k.trim().replace('-', "_"), v.trim().to_string());
+    }
+    check_rule(&rule)?;
+    Ok(rule)
+}
+
+/// Even repeats run the cells forward, odd repeats backward, so slow drift of the host (thermal,
+/// page cache, fragmentation) does not always favour the same cells.
+pub fn schedule(ncells: usize, repeats: u32) -> Vec<(usize, u32)> {
+    let mut order = Vec::with_capacity(ncells * repeats as usize);
+    for r in 0..repeats {
+        if r % 2 == 0 {
+            order.extend((0..ncells).map(|i| (i, r)));
+        } else {
+            order.extend((0..ncells).rev().map(|i| (i, r)));
+        }
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::Format;
+
+    #[test]
+    fn default_matrix_is_six_cells() {
+        let p = expand(&MatrixConfig::default());
+        assert_eq!(p.cells.len(), 6);
+        assert!(p.skipped.is_empty());
+        assert_eq!(p.order, (0..6).map(|i| (i, 0)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn repeats_interleave() {
+        assert_eq!(schedule(3, 3), vec![(0, 0), (1, 0), (2, 0), (2, 1), (1, 1), (0, 1), (0, 2), (1, 2), (2, 2)]);
+    }
+
+    #[test]
+    fn impossible_combinations_are_skipped_with_reason() {
+        let cfg = MatrixConfig {
+            cache: vec![CacheMode::None, CacheMode::Writeback],
+            io: vec![IoMode::Native, IoMode::Threads],
+            backend: vec![Backend::Local],
+            format: vec![Format::Raw],
+            ..Default::default()
+        };
+        let p = expand(&cfg);
+        assert_eq!(p.cells.len(), 3);
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].1.contains("io=native needs cache=none"), "{}", p.skipped[0].1);
+    }
+
+    #[test]
+    fn xen_cells_follow_the_datapath_rules() {
+        let cfg = MatrixConfig {
+            hypervisor: vec![Hypervisor::Qemu, Hypervisor::Xen],
+            backend: vec![Backend::Local, Backend::Nfs],
+            format: vec![Format::Raw],
+            ..Default::default()
+        };
+        let p = expand(&cfg);
+        // xen + NFS over libnfs is not something libxl can do without a mount.
+        assert!(p.skipped.iter().any(|(c, r)| c.hypervisor == Hypervisor::Xen
+            && c.backend == Backend::Nfs
+            && r.starts_with("xen:")));
+        assert!(p.cells.iter().any(|c| c.hypervisor == Hypervisor::Xen && c.backend == Backend::Local));
+        assert_eq!(p.cells.iter().filter(|c| c.hypervisor == Hypervisor::Qemu).count(), 2);
+    }
+
+    #[test]
+    fn include_and_exclude_rules() {
+        let mut cfg = MatrixConfig::default();
+        cfg.exclude.push(parse_rule("backend=nfs,format=raw").unwrap());
+        assert_eq!(expand(&cfg).cells.len(), 5);
+        cfg.include.push(parse_rule("format=qcow2").unwrap());
+        let p = expand(&cfg);
+        assert_eq!(p.cells.len(), 3);
+        assert!(p.cells.iter().all(|c| c.format == Format::Qcow2));
+        assert!(parse_rule("backend=ceph").unwrap_err().to_string().contains("valid: local"));
+        assert!(parse_rule("colour=red").unwrap_err().to_string().contains("unknown dimension"));
+        assert!(parse_rule("backend").is_err());
+    }
+
+    #[test]
+    fn bonnie_gets_a_filesystem() {
+        let cfg = MatrixConfig {
+            workload: vec!["bonnie".parse().unwrap()],
+            backend: vec![Backend::Local],
+            format: vec![Format::Raw],
+            ..Default::default()
+        };
+        let p = expand(&cfg);
+        assert_eq!(p.cells[0].layout, Layout::Ext4);
+    }
+}

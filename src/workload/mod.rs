@@ -54,4 +54,19 @@ pub const PRESETS: &[Preset] = &[Preset {
     about: "the seed's reference job: 8k random 70/30 read/write, libaio, iodepth 16",
     engine: Engine::Fio,
     job: PG_RANDRW,
+}, Preset {
+    name: "bonnie",
+    about: "bonnie++ full run (per-char included) on ext4, file size 2x guest RAM",
+    engine: Engine::Bonnie,
+    job: "",
 }];
+
+/// The engine a workload runs (a job file is always fio).
+pub fn engine_of(w: &crate::cell::WorkloadId) -> Engine {
+    match w {
+        crate::cell::WorkloadId::Preset(name) => {
+            PRESETS.iter().find(|p| p.name == name).map(|p| p.engine).unwrap_or(Engine::Fio)
+        }
+        crate::cell::WorkloadId::FioFile(_) => Engine::Fio,
+    }
+}

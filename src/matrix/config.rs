@@ -1,0 +1,302 @@
+//! The matrix configuration: a TOML file (`--config`) whose every key has a documented default,
+//! overridden key by key by the command line. Unknown keys are an error (exit 2).
+
+use crate::cell::{
+    Backend, Bus, CacheMode, Format, Hypervisor, IoMode, Layout, UnknownValue, WorkloadId, XenMode,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Everything a matrix run needs; serialized into the run directory so `--resume` reruns the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatrixConfig {
+    /// Hypervisors. Default `["qemu"]` (TCG runs everywhere; add `kvm`, `xen` where they work).
+    pub hypervisor: Vec<Hypervisor>,
+    /// Xen modes, used only for Xen cells. Default `["pvh"]`.
+    pub xen_mode: Vec<XenMode>,
+    /// Storage backends. Default `["local", "nfs", "iscsi"]` (NFS and iSCSI servers embedded).
+    pub backend: Vec<Backend>,
+    /// Image formats. Default `["qcow2", "raw"]`.
+    pub format: Vec<Format>,
+    /// Guest buses. Default `["virtio-blk"]`.
+    pub bus: Vec<Bus>,
+    /// Host cache modes. Default `["none"]`.
+    pub cache: Vec<CacheMode>,
+    /// Host AIO modes. Default `["native"]`.
+    pub io: Vec<IoMode>,
+    /// Guest disk layouts. Default `["raw"]` (bonnie++ cells use ext4 when raw is asked).
+    pub layout: Vec<Layout>,
+    /// Workloads. Default `["pg-randrw"]`.
+    pub workload: Vec<WorkloadId>,
+    /// Repeats of every cell; the order is reversed on every other repeat. Default 1.
+    pub repeat: u32,
+    /// Measured seconds of every fio job. Default 60 (the seed's runtime).
+    pub runtime: u32,
+    /// Warm-up seconds, excluded from results. Default 5.
+    pub ramp: u32,
+    /// fio's `size` (the test area). Default "200M" (the seed's).
+    pub size: String,
+    /// Size of the disk under test, in MiB. Default 1024.
+    pub disk_mib: u64,
+    /// Write the test area once before measuring, so qcow2 and thin volumes are not measured on
+    /// first allocation. Default true.
+    pub prefill: bool,
+    /// Guest vCPUs. Default 2.
+    pub vcpus: u32,
+    /// Guest memory in MiB. Default 512.
+    pub memory_mib: u64,
+    /// Seconds to wait for the agent's hello after domain start. Default 60.
+    pub boot_timeout: u64,
+    /// Boot-probe each hypervisor once before the run and mark its cells unsupported when the
+    /// probe fails. Default true.
+    pub probe: bool,
+    /// libvirt URI per hypervisor (`kvm = "qemu+ssh://host1/system"`). Defaults:
+    /// kvm/qemu `qemu:///system`, xen `xen:///system`.
+    pub connect: BTreeMap<Hypervisor, String>,
+    /// Rules that drop cells: each rule is dimension = value pairs that must all match.
+    pub exclude: Vec<BTreeMap<String, String>>,
+    /// When non-empty, only cells matching at least one rule run.
+    pub include: Vec<BTreeMap<String, String>>,
+    /// Backend parameters.
+    pub storage: StorageConfig,
+}
+
+/// Backend parameters; empty server fields mean "start an embedded server on loopback".
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Directory for local images. Default: the run's work directory.
+    pub local_dir: Option<PathBuf>,
+    /// qemu-img preallocation for local images: off, metadata, full. Default off.
+    pub prealloc: Option<String>,
+    /// External NFS server `nfs://HOST/EXPORT`. Default: embedded nfs-ganesha.
+    pub nfs: Option<String>,
+    /// A host directory where the NFS export is mounted (file disks instead of libnfs).
+    pub nfs_mount: Option<PathBuf>,
+    /// External iSCSI LUN `iscsi://PORTAL/IQN/LUN`. Default: embedded tgt.
+    pub iscsi: Option<String>,
+    /// LVM volume group for `lvm` cells.
+    pub lvm_vg: Option<String>,
+    /// Thin pool in that VG (thin volumes instead of thick).
+    pub lvm_thin_pool: Option<String>,
+    /// Block device for `block` cells (destroyed!).
+    pub block_device: Option<PathBuf>,
+    /// Required with `block_device`: confirms its contents may be destroyed.
+    pub allow_destroy: bool,
+    /// Use a block device even if it holds a filesystem signature.
+    pub force: bool,
+}
+
+impl Default for MatrixConfig {
+    fn default() -> Self {
+        MatrixConfig {
+            hypervisor: vec![Hypervisor::Qemu],
+            xen_mode: vec![XenMode::Pvh],
+            backend: vec![Backend::Local, Backend::Nfs, Backend::Iscsi],
+            format: vec![Format::Qcow2, Format::Raw],
+            bus: vec![Bus::VirtioBlk],
+            cache: vec![CacheMode::None],
+            io: vec![IoMode::Native],
+            layout: vec![Layout::Raw],
+            workload: vec![WorkloadId::Preset("pg-randrw".into())],
+            repeat: 1,
+            runtime: 60,
+            ramp: 5,
+            size: "200M".into(),
+            disk_mib: 1024,
+            prefill: true,
+            vcpus: 2,
+            memory_mib: 512,
+            boot_timeout: 60,
+            probe: true,
+            connect: BTreeMap::new(),
+            exclude: vec![],
+            include: vec![],
+            storage: StorageConfig::default(),
+        }
+    }
+}
+
+/// A configuration problem (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML file is unreadable or malformed, or has unknown keys.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (line and column included by the TOML parser).
+        message: String,
+    },
+    /// A value is not one of the choices.
+    #[error(transparent)]
+    Unknown(#[from] UnknownValue),
+    /// A value is out of range or contradicts another.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl MatrixConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<MatrixConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// The libvirt URI for a hypervisor.
+    pub fn uri(&self, hv: Hypervisor) -> String {
+        self.connect.get(&hv).cloned().unwrap_or_else(|| match hv {
+            Hypervisor::Xen => "xen:///system".into(),
+            _ => "qemu:///system".into(),
+        })
+    }
+
+    /// Rejects empty dimensions, zero counts and contradictions.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let empty = [
+            ("hypervisor", self.hypervisor.is_empty()),
+            ("backend", self.backend.is_empty()),
+            ("format", self.format.is_empty()),
+            ("bus", self.bus.is_empty()),
+            ("cache", self.cache.is_empty()),
+            ("io", self.io.is_empty()),
+            ("layout", self.layout.is_empty()),
+            ("workload", self.workload.is_empty()),
+            ("xen_mode", self.xen_mode.is_empty()),
+        ];
+        if let Some((name, _)) = empty.iter().find(|(_, e)| *e) {
+            return Err(ConfigError::Invalid(format!("dimension '{name}' is empty: give at least one value")));
+        }
+        let positive = [
+            ("repeat", self.repeat as u64),
+            ("runtime", self.runtime as u64),
+            ("vcpus", self.vcpus as u64),
+            ("disk_mib", self.disk_mib),
+            ("boot_timeout", self.boot_timeout),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
+        }
+        if self.memory_mib < 128 {
+            return Err(ConfigError::Invalid("'memory_mib' must be at least 128".into()));
+        }
+        if self.backend.contains(&Backend::Block) && self.storage.block_device.is_none() {
+            return Err(ConfigError::Invalid(
+                "backend 'block' needs --block-device /dev/X (and --allow-destroy)".into(),
+            ));
+        }
+        if self.storage.block_device.is_some() && !self.storage.allow_destroy {
+            return Err(ConfigError::Invalid(
+                "--block-device destroys the device's contents: add --allow-destroy to confirm".into(),
+            ));
+        }
+        if self.backend.contains(&Backend::Lvm) && self.storage.lvm_vg.is_none() {
+            return Err(ConfigError::Invalid("backend 'lvm' needs --lvm-vg VG".into()));
+        }
+        if self.storage.nfs.is_some() && self.storage.nfs_mount.is_some() {
+            return Err(ConfigError::Invalid("--nfs and --nfs-mount contradict each other: give one".into()));
+        }
+        for rule in self.exclude.iter().chain(&self.include) {
+            super::check_rule(rule)?;
+        }
+        parse_size(&self.size).map_err(ConfigError::Invalid)?;
+        Ok(())
+    }
+}
+
+/// Parses fio-style sizes (`200M`, `1G`, `4096`, `64k`) to bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("size '{s}' is not a number with an optional unit (k, M, G, T)"))?;
+    let mult: u64 = match unit.to_ascii_lowercase().trim_end_matches("ib").trim_end_matches('b') {
+        "" => 1,
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        "t" => 1 << 40,
+        _ => return Err(format!("size '{s}': unknown unit '{unit}' (valid: k, M, G, T)")),
+    };
+    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("size '{s}' is zero or too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(super::parse_size("200M"), Ok(200 << 20));
+        assert_eq!(super::parse_size("1g"), Ok(1 << 30));
+        assert_eq!(super::parse_size("4096"), Ok(4096));
+        assert!(super::parse_size("12X").unwrap_err().contains("valid: k, M, G, T"));
+        assert!(super::parse_size("0").is_err());
+        assert!(super::parse_size("M").is_err());
+    }
+
+    use super::*;
+
+    fn parse(s: &str) -> Result<MatrixConfig, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.toml");
+        std::fs::write(&p, s).unwrap();
+        MatrixConfig::from_file(&p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_the_readme_matrix() {
+        let c = parse("").unwrap();
+        assert_eq!(c, MatrixConfig::default());
+        assert_eq!(c.backend, vec![Backend::Local, Backend::Nfs, Backend::Iscsi]);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn file_values_parse() {
+        let c = parse(
+            "hypervisor = [\"kvm\", \"xen\"]\nformat = [\"raw\"]\nrepeat = 3\n\
+             [connect]\nkvm = \"qemu+ssh://h1/system\"\n[storage]\nlvm_vg = \"vg0\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.hypervisor, vec![Hypervisor::Kvm, Hypervisor::Xen]);
+        assert_eq!(c.uri(Hypervisor::Kvm), "qemu+ssh://h1/system");
+        assert_eq!(c.uri(Hypervisor::Xen), "xen:///system");
+        assert_eq!(c.storage.lvm_vg.as_deref(), Some("vg0"));
+    }
+
+    #[test]
+    fn unknown_keys_and_values_are_named() {
+        let e = parse("hypervisors = [\"kvm\"]\n").unwrap_err();
+        assert!(e.contains("unknown field `hypervisors`"), "{e}");
+        let e = parse("format = [\"vmdk\"]\n").unwrap_err();
+        assert!(e.contains("unknown format 'vmdk' (valid: qcow2, raw)"), "{e}");
+        let e = parse("[storage]\nnfs_server = \"x\"\n").unwrap_err();
+        assert!(e.contains("nfs_server"), "{e}");
+        let e = parse("repeat = \"two\"\n").unwrap_err();
+        assert!(e.contains("repeat"), "{e}");
+        assert!(parse("format = [\n").is_err());
+    }
+
+    #[test]
+    fn contradictions_and_empties_are_refused() {
+        let mut c = MatrixConfig { format: vec![], ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("'format' is empty"));
+        c = MatrixConfig { backend: vec![Backend::Block], ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("--block-device"));
+        c.storage.block_device = Some("/dev/loop0".into());
+        assert!(c.validate().unwrap_err().to_string().contains("--allow-destroy"));
+        c = MatrixConfig { repeat: 0, ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("'repeat'"));
+        c = MatrixConfig::default();
+        c.storage.nfs = Some("nfs://h/e".into());
+        c.storage.nfs_mount = Some("/mnt".into());
+        assert!(c.validate().unwrap_err().to_string().contains("contradict"));
+    }
+}
