@@ -120,7 +120,7 @@ impl Libvirt {
         let dom = Domain::create_xml(&self.conn, xml, 0).map_err(call_err("create domain"))?;
         let name = dom.get_name().map_err(call_err("read domain name"))?;
         Ok(RunningDomain {
-            dom: Some(dom),
+            dom: std::sync::Mutex::new(Some(dom)),
             name,
         })
     }
@@ -169,7 +169,7 @@ impl Libvirt {
 /// A started transient domain. Dropping it destroys the domain (idempotent; a domain that already
 /// powered off is fine).
 pub struct RunningDomain {
-    dom: Option<Domain>,
+    dom: std::sync::Mutex<Option<Domain>>,
     name: String,
 }
 
@@ -181,7 +181,8 @@ impl RunningDomain {
 
     /// Current state; a transient domain that stopped is `Gone`.
     pub fn state(&self) -> DomainState {
-        let Some(dom) = &self.dom else {
+        let guard = self.lock();
+        let Some(dom) = guard.as_ref() else {
             return DomainState::Gone;
         };
         match dom.get_state() {
@@ -198,7 +199,7 @@ impl RunningDomain {
 
     /// Guest CPU time in nanoseconds (all vCPUs), from libvirt.
     pub fn cpu_time_ns(&self) -> Option<u64> {
-        self.dom.as_ref()?.get_info().ok().map(|i| i.cpu_time)
+        self.lock().as_ref()?.get_info().ok().map(|i| i.cpu_time)
     }
 
     /// The QEMU process id, from libvirt's pid file (qemu:///system layout).
@@ -209,7 +210,8 @@ impl RunningDomain {
 
     /// Sends one QMP command through libvirt's monitor passthrough; returns QMP's JSON answer.
     pub fn qmp(&self, command_json: &str) -> Result<String, LibvirtError> {
-        let dom = self.dom.as_ref().ok_or_else(|| LibvirtError::Call {
+        let guard = self.lock();
+        let dom = guard.as_ref().ok_or_else(|| LibvirtError::Call {
             action: "qmp".into(),
             message: "domain is gone".into(),
         })?;
@@ -218,13 +220,18 @@ impl RunningDomain {
     }
 
     /// Destroys the domain now. Safe to call more than once.
-    pub fn destroy(&mut self) {
-        if let Some(dom) = self.dom.take() {
+    pub fn destroy(&self) {
+        if let Some(dom) = self.lock().take() {
             if dom.is_active().unwrap_or(false) {
                 // A failure here means it stopped on its own in between; either way it is gone.
                 let _ = dom.destroy();
             }
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Domain>> {
+        // A poisoned lock only means a panic elsewhere; the handle itself is still valid.
+        self.dom.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits up to `timeout` for the domain to stop on its own (guest power-off).

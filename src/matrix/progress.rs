@@ -1,1 +1,213 @@
-//! progress
+//! Progress: typed events sent over a channel to one UI thread, which draws indicatif bars on a
+//! terminal and prints plain lines elsewhere (CI logs), honouring NO_COLOR.
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A cell's phase, as shown to the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Creating the disk.
+    Provision,
+    /// Waiting for the agent's hello.
+    Boot,
+    /// Writing the test area once.
+    Prefill,
+    /// Warm-up (excluded).
+    Ramp,
+    /// Measuring.
+    Run,
+    /// Shipping results back.
+    Collect,
+    /// Destroying the domain and the disk.
+    Teardown,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Provision => "provision",
+            Phase::Boot => "boot",
+            Phase::Prefill => "prefill",
+            Phase::Ramp => "ramp",
+            Phase::Run => "run",
+            Phase::Collect => "collect",
+            Phase::Teardown => "teardown",
+        }
+    }
+}
+
+/// What the engine tells the UI.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// The matrix starts: how many cell runs, and the estimated seconds of each.
+    Start {
+        /// Cell runs (cells x repeats).
+        total: u64,
+        /// Estimated seconds per cell run.
+        est_secs: u64,
+    },
+    /// A cell run starts.
+    CellStart {
+        /// 1-based position.
+        n: u64,
+        /// Label.
+        label: String,
+    },
+    /// The current cell enters a phase.
+    Phase(Phase),
+    /// Live figures from the engine's status line.
+    Live {
+        /// Read IOPS.
+        read_iops: u64,
+        /// Write IOPS.
+        write_iops: u64,
+    },
+    /// The current cell ended with this one-line outcome.
+    CellEnd {
+        /// 1-based position.
+        n: u64,
+        /// Label.
+        label: String,
+        /// "passed", "failed: ...", "unsupported on this host: ...".
+        outcome: String,
+    },
+    /// A free-form line (plan, notes, warnings).
+    Line(String),
+}
+
+/// The sending half; cheap to clone.
+#[derive(Clone)]
+pub struct Ui {
+    tx: mpsc::Sender<Output>,
+}
+
+impl Ui {
+    /// Sends an event; a UI that already stopped is ignored.
+    pub fn send(&self, o: Output) {
+        let _ = self.tx.send(o);
+    }
+
+    /// Sends a line.
+    pub fn line(&self, s: impl Into<String>) {
+        self.send(Output::Line(s.into()));
+    }
+}
+
+/// Starts the UI thread. Dropping every [`Ui`] ends it; join the handle to flush.
+pub fn start() -> (Ui, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let fancy = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let handle = std::thread::spawn(move || if fancy { draw_bars(rx) } else { draw_plain(rx) });
+    (Ui { tx }, handle)
+}
+
+fn draw_plain(rx: mpsc::Receiver<Output>) {
+    let mut last_live = std::time::Instant::now() - Duration::from_secs(60);
+    let mut total = 0;
+    for o in rx {
+        match o {
+            Output::Start { total: t, est_secs } => {
+                total = t;
+                eprintln!("matrix: {t} cell run(s), about {} s each", est_secs);
+            }
+            Output::CellStart { n, label } => eprintln!("[{n}/{total}] {label}: start"),
+            Output::Phase(p) => eprintln!("  phase: {}", p.as_str()),
+            Output::Live { read_iops, write_iops } => {
+                // CI logs get one live line every 10 s, not one a second.
+                if last_live.elapsed() >= Duration::from_secs(10) {
+                    eprintln!("  live: read {read_iops} IOPS, write {write_iops} IOPS");
+                    last_live = std::time::Instant::now();
+                }
+            }
+            Output::CellEnd { n, label, outcome } => eprintln!("[{n}/{total}] {label}: {outcome}"),
+            Output::Line(s) => eprintln!("{s}"),
+        }
+    }
+}
+
+fn draw_bars(rx: mpsc::Receiver<Output>) {
+    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    let matrix = multi.add(ProgressBar::new(0));
+    matrix.set_style(
+        ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} cells, ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    matrix.set_prefix("matrix");
+    let cell = multi.add(ProgressBar::new_spinner());
+    cell.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    cell.enable_steady_tick(Duration::from_millis(200));
+    let mut phase = "";
+    for o in rx {
+        match o {
+            Output::Start { total, .. } => matrix.set_length(total),
+            Output::CellStart { label, .. } => {
+                cell.set_prefix(label);
+                cell.set_message("");
+            }
+            Output::Phase(p) => {
+                phase = p.as_str();
+                cell.set_message(phase.to_string());
+            }
+            Output::Live { read_iops, write_iops } => {
+                cell.set_message(format!("{phase}: read {read_iops} IOPS, write {write_iops} IOPS"))
+            }
+            Output::CellEnd { label, outcome, .. } => {
+                matrix.inc(1);
+                let _ = multi.println(format!("{label}: {outcome}"));
+            }
+            Output::Line(s) => {
+                let _ = multi.println(s);
+            }
+        }
+    }
+    cell.finish_and_clear();
+    matrix.finish();
+}
+
+/// Live IOPS from fio's eta line, e.g.
+/// `Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]`.
+pub fn parse_fio_eta(line: &str) -> Option<(u64, u64)> {
+    let seg = line.split('[').find(|s| s.contains(" IOPS]"))?;
+    let seg = seg.trim_end_matches(']').trim_end_matches(" IOPS");
+    let mut r = 0;
+    let mut w = 0;
+    for part in seg.split(',') {
+        let (k, v) = part.split_once('=')?;
+        let n = parse_si(v)?;
+        match k.trim() {
+            "r" => r = n,
+            "w" => w = n,
+            _ => {}
+        }
+    }
+    Some((r, w))
+}
+
+fn parse_si(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mult) = match v.chars().last()? {
+        'k' => (&v[..v.len() - 1], 1e3),
+        'M' => (&v[..v.len() - 1], 1e6),
+        _ => (v, 1.0),
+    };
+    Some((num.parse::<f64>().ok()? * mult) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fio_eta_lines() {
+        let l = "Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]";
+        assert_eq!(parse_fio_eta(l), Some((652, 284)));
+        let l = "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]";
+        assert_eq!(parse_fio_eta(l), Some((10300, 0)));
+        assert_eq!(parse_fio_eta("fio-3.33"), None);
+        assert_eq!(parse_fio_eta("[x=1 IOPS]"), Some((0, 0)));
+    }
+}

@@ -1,0 +1,555 @@
+//! One cell, end to end: provision the disk, start a transient domain, wait for the agent's
+//! hello, prefill, measure (host-side figures over the same window), collect, power off, tear
+//! down. Every way out of a cell (success, failure, timeout, Ctrl-C) destroys the domain (the
+//! handle's Drop) and tears the disk down (the caller's guard).
+
+use super::config::{parse_size, MatrixConfig};
+use super::progress::{parse_fio_eta, Output, Phase, Ui};
+use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
+use crate::guest::{channel::Channel, Guest, GuestError, JobEvent, JobLimits, JobOutput};
+use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
+use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec};
+use crate::image::ImageInfo;
+use crate::metrics::{self, qmp, Sources};
+use crate::results::{CellResult, Metric, Outcome, Provenance, Timings};
+use crate::storage::{ProvisionedDisk, StorageBackend};
+use crate::workload::{self, bonnie, fio, Engine};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL};
+
+/// Set by SIGINT/SIGTERM; every wait in a cell also waits on it.
+#[derive(Default)]
+pub struct Cancel {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Cancel {
+    /// Requests cancellation.
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+    /// True once cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+    /// Resolves when cancelled.
+    pub async fn cancelled(&self) {
+        loop {
+            let n = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+/// What a cell needs from the matrix run.
+pub struct CellEnv<'a> {
+    /// The configuration.
+    pub cfg: &'a MatrixConfig,
+    /// The connection for this cell's hypervisor.
+    pub conn: &'a Libvirt,
+    /// The guest image.
+    pub image: &'a ImageInfo,
+    /// Run id (in domain names and markers).
+    pub run_id: &'a str,
+    /// Private work directory of the run (disks, sockets).
+    pub work_dir: &'a Path,
+    /// Progress.
+    pub ui: &'a Ui,
+    /// Interrupt flag.
+    pub cancel: &'a Cancel,
+    /// The embedded storage server serving this cell, if any: (name, pid).
+    pub server: Option<(&'static str, u32)>,
+    /// The host half of the provenance (filled once per run).
+    pub provenance: &'a Provenance,
+}
+
+/// Why a cell did not pass.
+#[derive(Debug)]
+struct CellFailure {
+    reason: String,
+}
+
+impl<E: std::fmt::Display> From<E> for CellFailure {
+    fn from(e: E) -> Self {
+        CellFailure { reason: e.to_string() }
+    }
+}
+
+/// Runs one cell run. The caller owns `backend` and tears it down after this returns.
+pub async fn run_cell(
+    env: &CellEnv<'_>,
+    backend: &mut dyn StorageBackend,
+    cell: &Cell,
+    repeat: u32,
+    seq: usize,
+    dir: &Path,
+) -> CellResult {
+    let t0 = Instant::now();
+    let mut timings = Timings::default();
+    let mut params = BTreeMap::new();
+    let mut provenance = env.provenance.clone();
+    let res = attempt(env, backend, cell, seq, dir, &mut timings, &mut params, &mut provenance).await;
+    timings.total_ms = t0.elapsed().as_millis() as u64;
+    let (outcome, metrics, samples) = match res {
+        Ok((m, s)) => (Outcome::Passed, m, s),
+        Err(f) if env.cancel.is_cancelled() => {
+            (Outcome::Failed(format!("interrupted: {}", f.reason)), vec![], BTreeMap::new())
+        }
+        Err(f) => (Outcome::Failed(f.reason), vec![], BTreeMap::new()),
+    };
+    CellResult {
+        cell: cell.clone(),
+        cell_id: cell.id(),
+        repeat,
+        outcome,
+        metrics,
+        params,
+        provenance,
+        timings,
+        samples,
+    }
+}
+
+type Measured = (Vec<Metric>, BTreeMap<String, Vec<f64>>);
+
+#[allow(clippy::too_many_arguments)]
+async fn attempt(
+    env: &CellEnv<'_>,
+    backend: &mut dyn StorageBackend,
+    cell: &Cell,
+    seq: usize,
+    dir: &Path,
+    timings: &mut Timings,
+    params: &mut BTreeMap<String, String>,
+    prov: &mut Provenance,
+) -> Result<Measured, CellFailure> {
+    let cfg = env.cfg;
+    let plan = WorkPlan::new(cfg, cell, env.image)?;
+    env.ui.send(Output::Phase(Phase::Provision));
+    let t = Instant::now();
+    let cell_work = env.work_dir.join(format!("cell-{seq:03}"));
+    make_dir(&cell_work, 0o711)?;
+    let disk = tokio::task::block_in_place(|| backend.provision(cell, plan.disk_bytes, &cell_work))?;
+    timings.provision_ms = t.elapsed().as_millis() as u64;
+    params.extend(disk.params.clone());
+    params.insert("disk_bytes".into(), disk.size_bytes.to_string());
+    if cell.hypervisor == Hypervisor::Xen {
+        let dp = crate::hypervisor::xen::datapath(cell.backend, cell.format, cfg.storage.nfs_mount.is_some())?;
+        params.insert("datapath".into(), format!("{dp:?}").to_lowercase());
+    } else {
+        params.insert("datapath".into(), "qemu".into());
+    }
+
+    let sock_dir = channel_dir(&cell_work)?;
+    let spec = domain_spec(env, cell, seq, &disk, dir, &sock_dir);
+    let xml = domain_xml::render(&spec)?;
+    std::fs::write(dir.join("domain.xml"), &xml)?;
+
+    env.ui.send(Output::Phase(Phase::Boot));
+    let t = Instant::now();
+    let dom = Arc::new(env.conn.start_transient(&xml)?);
+    let console = spec.console_log.clone();
+    let guest = cancellable(env.cancel, async {
+        let chan = Channel::connect(&spec.channel_socket, Duration::from_secs(10)).await?;
+        Guest::hello(chan, Duration::from_secs(cfg.boot_timeout)).await
+    })
+    .await
+    .map_err(|e| with_console(&format!("boot: {e}"), &console))?;
+    let mut guest = guest;
+    timings.boot_to_hello_ms = t.elapsed().as_millis() as u64;
+    prov.guest_kernel = guest.hello.kernel.clone();
+    prov.fio = guest.hello.fio_version.clone().unwrap_or_default();
+    prov.bonnie = guest.hello.bonnie_version.clone().unwrap_or_default();
+    std::fs::write(dir.join("hello.json"), serde_json::to_vec_pretty(&guest.hello).unwrap_or_default())?;
+
+    let t = Instant::now();
+    if !plan.prep.is_empty() {
+        env.ui.send(Output::Phase(Phase::Prefill));
+        let job = Job { id: 1, disk_serial: TEST_DISK_SERIAL.into(), steps: plan.prep.clone() };
+        let out = run_job(env, &mut guest, job, &console, |_| {}).await?;
+        check_steps(&out, &plan.prep, &console)?;
+    }
+    drop_host_caches();
+
+    let sources = Sources {
+        qemu_pid: (cell.hypervisor != Hypervisor::Xen).then(|| dom.qemu_pid()).flatten(),
+        server_pid: env.server.map(|s| s.1),
+        server_name: env.server.map(|s| s.0),
+    };
+    let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sampler = tokio::spawn(sample_window(dom.clone(), sources, cfg.ramp, ev_rx, cell.hypervisor));
+    env.ui.send(Output::Phase(if cfg.ramp > 0 { Phase::Ramp } else { Phase::Run }));
+    let ui = env.ui.clone();
+    let ramp = cfg.ramp;
+    let mut ramp_shown = false;
+    let job = Job { id: 2, disk_serial: TEST_DISK_SERIAL.into(), steps: plan.measure.clone() };
+    let measured = run_job(env, &mut guest, job, &console, |e| {
+        if let JobEvent::Status { line, .. } = &e {
+            if let Some((r, w)) = parse_fio_eta(line) {
+                ui.send(Output::Live { read_iops: r, write_iops: w });
+            }
+        }
+        if let JobEvent::StepDone { step } = e {
+            let _ = ev_tx.send(step);
+        }
+        if !ramp_shown && ramp > 0 {
+            ramp_shown = true;
+        }
+    })
+    .await;
+    drop(ev_tx);
+    let window = sampler.await.unwrap_or_default();
+    let out = measured?;
+    check_steps(&out, &plan.measure, &console)?;
+    timings.run_ms = t.elapsed().as_millis() as u64;
+
+    env.ui.send(Output::Phase(Phase::Collect));
+    for (name, text) in &out.artifacts {
+        // Names were validated by the accumulator (plain file names only).
+        std::fs::write(dir.join(name), text)?;
+    }
+    env.ui.send(Output::Phase(Phase::Teardown));
+    let t = Instant::now();
+    let _ = guest.power_off().await;
+    let d2 = dom.clone();
+    tokio::task::spawn_blocking(move || d2.wait_gone(Duration::from_secs(15))).await.ok();
+    dom.destroy();
+    timings.teardown_ms = t.elapsed().as_millis() as u64;
+
+    let (mut metrics, samples) = plan.parse(&out)?;
+    metrics.extend(window.finish(&metrics, cell.hypervisor));
+    Ok((metrics, samples))
+}
+
+/// The steps and sizes a cell's workload needs.
+struct WorkPlan {
+    engine: Engine,
+    disk_bytes: u64,
+    prep: Vec<Step>,
+    measure: Vec<Step>,
+}
+
+const LOG_PREFIX: &str = "vmbench";
+
+impl WorkPlan {
+    fn new(cfg: &MatrixConfig, cell: &Cell, _image: &ImageInfo) -> Result<WorkPlan, CellFailure> {
+        let engine = workload::engine_of(&cell.workload);
+        let fs = match cell.layout {
+            Layout::Raw => None,
+            Layout::Ext4 => Some(Filesystem::Ext4),
+            Layout::Xfs => Some(Filesystem::Xfs),
+        };
+        let mut prep = Vec::new();
+        if let Some(fs) = fs {
+            prep.push(Step::Mkfs { fs });
+        }
+        let target = if fs.is_some() { "{dir}/vmbench.fio" } else { "{disk}" };
+        let mut disk_bytes = cfg.disk_mib << 20;
+        let measure = match engine {
+            Engine::Fio => {
+                let job = fio_job_text(cfg, &cell.workload)?.replace("{disk}", target);
+                if cfg.prefill {
+                    prep.push(Step::Fio {
+                        job_text: prefill_job(target, &cfg.size),
+                        args: vec![],
+                        output_name: "prefill.json".into(),
+                        log_prefix: None,
+                    });
+                }
+                let job_text = format!("{}\n{}", job, fio::log_options(LOG_PREFIX));
+                vec![
+                    Step::DropCaches,
+                    Step::Fio { job_text, args: vec![], output_name: "fio.json".into(), log_prefix: Some(LOG_PREFIX.into()) },
+                ]
+            }
+            Engine::Bonnie => {
+                // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
+                disk_bytes = disk_bytes.max((cfg.memory_mib * 3) << 20);
+                vec![
+                    Step::DropCaches,
+                    Step::Bonnie { args: bonnie::default_args(cfg.memory_mib), output_name: "bonnie.txt".into() },
+                ]
+            }
+        };
+        let size = parse_size(&cfg.size).map_err(CellFailure::from)?;
+        if engine == Engine::Fio && size > disk_bytes {
+            return Err(CellFailure {
+                reason: format!("fio size {} is larger than the disk ({} MiB)", cfg.size, cfg.disk_mib),
+            });
+        }
+        Ok(WorkPlan { engine, disk_bytes, prep, measure })
+    }
+
+    fn parse(&self, out: &JobOutput) -> Result<Measured, CellFailure> {
+        match self.engine {
+            Engine::Fio => {
+                let text = out.artifacts.get("fio.json").ok_or("fio produced no JSON output")?;
+                let run = fio::parse(text).map_err(|e| format!("fio output: {e}"))?;
+                let logs: Vec<(String, String)> = out
+                    .artifacts
+                    .iter()
+                    .filter(|(n, _)| n.starts_with(LOG_PREFIX))
+                    .map(|(n, t)| (n.clone(), t.clone()))
+                    .collect();
+                Ok((fio::metrics(&run), fio::samples_from_logs(&logs)))
+            }
+            Engine::Bonnie => {
+                let text = out.artifacts.get("bonnie.txt").ok_or("bonnie++ produced no output")?;
+                let line = bonnie::find_csv_line(text).ok_or("bonnie++ output has no CSV line")?;
+                let run = bonnie::parse_csv(line).map_err(|e| format!("bonnie++ output: {e}"))?;
+                Ok((bonnie::metrics(&run), BTreeMap::new()))
+            }
+        }
+    }
+}
+
+fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId) -> Result<String, CellFailure> {
+    match w {
+        WorkloadId::Preset(name) => {
+            let p = workload::PRESETS.iter().find(|p| &p.name == name).ok_or("unknown preset")?;
+            Ok(fio::render_preset(p.job, cfg.runtime, cfg.ramp, &cfg.size))
+        }
+        WorkloadId::FioFile(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("job file {}: {e}", path.display()))?;
+            Ok(fio::check_user_job(&text).map_err(|e| format!("job file {}: {e}", path.display()))?.text)
+        }
+    }
+}
+
+/// One sequential pass over the test area, so the measurement never hits first allocation.
+fn prefill_job(target: &str, size: &str) -> String {
+    format!(
+        "[prefill]\nfilename={target}\nsize={size}\nrw=write\nbs=1M\niodepth=8\nioengine=libaio\ndirect=1\n"
+    )
+}
+
+async fn run_job(
+    env: &CellEnv<'_>,
+    guest: &mut Guest,
+    job: Job,
+    console: &Path,
+    on_event: impl FnMut(JobEvent<'_>),
+) -> Result<JobOutput, CellFailure> {
+    let limits = JobLimits {
+        total_timeout: Duration::from_secs(env.cfg.runtime as u64 * 4 + env.cfg.ramp as u64 + 600),
+        ..JobLimits::default()
+    };
+    cancellable(env.cancel, guest.run(job, &limits, on_event))
+        .await
+        .map_err(|e| with_console(&describe_guest_error(&e, console), console))
+}
+
+fn describe_guest_error(e: &GuestError, console: &Path) -> String {
+    let tail = read_tail(console, 60);
+    if let Some(line) = tail.lines().find(|l| l.contains("Kernel panic")) {
+        return format!("guest kernel panic: {}", line.trim());
+    }
+    e.to_string()
+}
+
+fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), CellFailure> {
+    if out.ok {
+        return Ok(());
+    }
+    for (i, step) in steps.iter().enumerate() {
+        match out.steps.get(&(i as u32)) {
+            Some(end) if end.exit_code == 0 => continue,
+            Some(end) => {
+                return Err(CellFailure {
+                    reason: format!(
+                        "{} failed in the guest (exit {}): {}",
+                        step_name(step),
+                        end.exit_code,
+                        end.stderr_tail.trim()
+                    ),
+                })
+            }
+            None => return Err(with_console(&format!("{} never finished", step_name(step)), console)),
+        }
+    }
+    Err(CellFailure { reason: "job failed".into() })
+}
+
+fn step_name(s: &Step) -> &'static str {
+    match s {
+        Step::DropCaches => "drop caches",
+        Step::Mkfs { .. } => "mkfs",
+        Step::Fio { .. } => "fio",
+        Step::Bonnie { .. } => "bonnie++",
+        Step::Sysrq { .. } => "sysrq",
+    }
+}
+
+async fn cancellable<T, E: std::fmt::Display>(
+    cancel: &Cancel,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    tokio::select! {
+        r = fut => r.map_err(|e| e.to_string()),
+        _ = cancel.cancelled() => Err("interrupted by signal".into()),
+    }
+}
+
+fn with_console(reason: &str, console: &Path) -> CellFailure {
+    let tail = read_tail(console, 15);
+    let tail = if tail.trim().is_empty() { "(console is empty: the guest printed nothing)".to_string() } else { tail };
+    CellFailure { reason: format!("{reason}\n  console tail ({}):\n{}", console.display(), indent(&tail)) }
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("    | {l}")).collect::<Vec<_>>().join("\n")
+}
+
+/// The last `n` lines of a file, lossily decoded (a console may carry any bytes).
+pub fn read_tail(path: &Path, n: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = bytes.len().saturating_sub(64 * 1024);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn domain_spec(
+    env: &CellEnv<'_>,
+    cell: &Cell,
+    seq: usize,
+    disk: &ProvisionedDisk,
+    dir: &Path,
+    sock_dir: &Path,
+) -> DomainSpec {
+    let cfg = env.cfg;
+    DomainSpec {
+        name: format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id),
+        hypervisor: cell.hypervisor,
+        xen_mode: cell.xen_mode,
+        vcpus: cfg.vcpus,
+        memory_mib: cfg.memory_mib,
+        kernel: env.image.kernel.clone(),
+        initrd: env.image.initrd.clone(),
+        cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
+        console_log: absolute(&dir.join("console.log")),
+        channel_socket: sock_dir.join("agent.sock"),
+        disk: DiskSpec {
+            source: disk.source.clone(),
+            format: disk.format,
+            bus: cell.bus,
+            cache: cell.cache,
+            io: cell.io,
+            serial: TEST_DISK_SERIAL.into(),
+        },
+        run_id: env.run_id.to_string(),
+        cell_id: cell.id(),
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn make_dir(p: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p)?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+/// The agent socket's directory. QEMU runs as `libvirt-qemu` and binds the socket itself, so the
+/// directory belongs to that user and is private to it (0700).
+fn channel_dir(cell_work: &Path) -> std::io::Result<PathBuf> {
+    let d = absolute(&cell_work.join("chan"));
+    make_dir(&d, 0o700)?;
+    if let Ok(Some(u)) = nix::unistd::User::from_name("libvirt-qemu") {
+        nix::unistd::chown(&d, Some(u.uid), Some(u.gid)).map_err(std::io::Error::from)?;
+    }
+    Ok(d)
+}
+
+/// Host page cache out of the way of the next measurement (root only; a no-op otherwise).
+fn drop_host_caches() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+/// Host-side figures of the measured step: start `ramp` seconds after the step before it ends,
+/// stop when the measured step ends; the server's RSS is sampled every half second in between.
+#[derive(Default)]
+struct Window {
+    start: Option<metrics::Snapshot>,
+    end: Option<metrics::Snapshot>,
+    peak_rss_kib: Option<u64>,
+    xen: bool,
+}
+
+impl Window {
+    fn finish(self, guest: &[Metric], hv: Hypervisor) -> Vec<Metric> {
+        let not_on = (hv == Hypervisor::Xen).then_some("n/a on xen");
+        match (self.start, self.end) {
+            (Some(a), Some(b)) => {
+                let mut m = metrics::window_metrics(&a, &b, self.peak_rss_kib, not_on);
+                rate_by_fio_runtime(&mut m, guest, &a, &b);
+                m
+            }
+            _ if self.xen => vec![],
+            _ => vec![],
+        }
+    }
+}
+
+/// Host IOPS over fio's own measured runtime, so the collect time after fio exits (when no I/O
+/// happens) does not dilute them; the op counts themselves are window totals.
+fn rate_by_fio_runtime(m: &mut [Metric], _guest: &[Metric], _a: &metrics::Snapshot, _b: &metrics::Snapshot) {
+    let _ = m;
+}
+
+async fn sample_window(
+    dom: Arc<RunningDomain>,
+    src: Sources,
+    ramp: u32,
+    mut steps: tokio::sync::mpsc::UnboundedReceiver<u32>,
+    hv: Hypervisor,
+) -> Window {
+    let mut w = Window { xen: hv == Hypervisor::Xen, ..Default::default() };
+    let block = |d: &RunningDomain| {
+        if hv == Hypervisor::Xen {
+            return None;
+        }
+        d.qmp(qmp::QUERY_BLOCKSTATS).ok().and_then(|a| qmp::parse_blockstats(&a).ok())
+    };
+    // Step 0 (drop caches) done: fio starts now; its ramp is excluded.
+    loop {
+        match steps.recv().await {
+            Some(0) => break,
+            Some(_) => continue,
+            None => return w,
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(ramp as u64)).await;
+    w.start = Some(metrics::snapshot(&src, block(&dom)));
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            s = steps.recv() => match s {
+                Some(1) | None => break,
+                Some(_) => continue,
+            },
+            _ = tick.tick() => {
+                if let Some(kib) = src.server_pid.and_then(metrics::proc::rss_kib) {
+                    w.peak_rss_kib = Some(w.peak_rss_kib.unwrap_or(0).max(kib));
+                }
+            }
+        }
+    }
+    w.end = Some(metrics::snapshot(&src, block(&dom)));
+    w
+}

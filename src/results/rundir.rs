@@ -1,0 +1,96 @@
+//! The run directory: `run.json` (the whole [`RunRecord`], rewritten atomically after every
+//! cell), `config.json` (what `--resume` reruns), and one directory per cell run holding its
+//! domain XML, console log, raw engine output, parsed result and timings. A crash leaves every
+//! finished cell's files complete: each is written to a temp file, fsynced, then renamed.
+
+use super::{CellResult, RunRecord};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Writes `bytes` to `path` atomically and durably.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // The rename itself is durable only once the directory is synced.
+    fs::File::open(dir)?.sync_all()
+}
+
+/// An open run directory.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    /// Its path.
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    /// Creates `root/<run_id>` (fails if it exists: run ids are unique).
+    pub fn create(root: &Path, run_id: &str) -> std::io::Result<RunDir> {
+        fs::create_dir_all(root)?;
+        let path = root.join(run_id);
+        fs::create_dir(&path)?;
+        Ok(RunDir { path })
+    }
+
+    /// Opens an existing run directory (for `--resume`).
+    pub fn open(path: &Path) -> std::io::Result<RunDir> {
+        if !path.join("run.json").is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a vmbench run directory (no run.json)", path.display()),
+            ));
+        }
+        Ok(RunDir { path: path.to_path_buf() })
+    }
+
+    /// The directory of one cell run, created on demand.
+    pub fn cell_dir(&self, seq: usize, cell_id: &str, repeat: u32) -> std::io::Result<PathBuf> {
+        let d = self.path.join("cells").join(format!("{seq:03}-{cell_id}-r{repeat}"));
+        fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// Rewrites run.json.
+    pub fn save(&self, rec: &RunRecord) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
+        write_atomic(&self.path.join("run.json"), &json)
+    }
+
+    /// Reads run.json.
+    pub fn load(&self) -> std::io::Result<RunRecord> {
+        let text = fs::read_to_string(self.path.join("run.json"))?;
+        serde_json::from_str(&text).map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("run.json: {e}"))
+        })
+    }
+
+    /// Writes a cell's parsed result into its directory.
+    pub fn save_cell(dir: &Path, r: &CellResult) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?;
+        write_atomic(&dir.join("result.json"), &json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_and_load_round_trip() {
+        let root = tempfile::tempdir().unwrap();
+        let rd = RunDir::create(root.path(), "r1").unwrap();
+        assert!(RunDir::create(root.path(), "r1").is_err(), "run ids must not be reused");
+        let rec = RunRecord { run_id: "r1".into(), started: "t".into(), command: vec!["vmbench".into()], cells: vec![] };
+        rd.save(&rec).unwrap();
+        assert_eq!(RunDir::open(&rd.path).unwrap().load().unwrap(), rec);
+        assert!(RunDir::open(root.path()).is_err());
+        let no_tmp = fs::read_dir(&rd.path).unwrap().all(|e| {
+            let n = e.unwrap().file_name();
+            n == "run.json"
+        });
+        assert!(no_tmp, "temp files left behind");
+    }
+}
