@@ -317,6 +317,9 @@ fn no_stale_golden_files() {
     let stems: Vec<String> = cases().iter().map(|c| format!("{}.xml", c.stem)).collect();
     for entry in std::fs::read_dir(domains_dir()).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
+        if !name.ends_with(".xml") {
+            continue;
+        }
         assert!(stems.contains(&name), "domains/{name} is not a golden case");
     }
 }
@@ -567,6 +570,16 @@ fn device_names_and_cmdlines() {
     assert!(!q.contains("vmbench.port"), "{q}");
     assert!(kernel_cmdline(Hypervisor::Xen, Some(XenMode::Pvh)).contains("console=hvc0"));
     assert!(kernel_cmdline(Hypervisor::Xen, Some(XenMode::Hvm)).contains("console=ttyS0"));
+    assert!(domain_xml::disk_tuning_applies(Hypervisor::Qemu));
+    assert!(!domain_xml::disk_tuning_applies(Hypervisor::Xen));
+    // What disk_tuning_applies promises: Xen definitions carry no cache/io at all.
+    let mut s = cases()
+        .into_iter()
+        .find(|c| c.hv == Hypervisor::Xen)
+        .unwrap();
+    s.cache = CacheMode::Unsafe;
+    let xml = render(&s.spec("vmbench-x")).unwrap();
+    assert!(!xml.contains("cache=") && !xml.contains("io="), "{xml}");
 }
 
 // ---- libvirt itself (needs libvirtd on qemu:///system; skipped when its socket is absent) ----

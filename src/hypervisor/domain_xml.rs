@@ -128,6 +128,13 @@ pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
     }
 }
 
+/// Whether the disk's `cache`/`io` modes reach the hypervisor. libxl ignores them (blkback and
+/// Xen's qdisk choose their own), so for Xen they are not written and the matrix should not vary
+/// them or report them as measured.
+pub fn disk_tuning_applies(hv: Hypervisor) -> bool {
+    hv != Hypervisor::Xen
+}
+
 /// Renders the libvirt domain XML for `spec`, or says why it cannot be expressed.
 pub fn render(spec: &DomainSpec) -> Result<String, DomainXmlError> {
     let domain = build(spec)?;
