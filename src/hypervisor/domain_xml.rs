@@ -1,1 +1,717 @@
 //! Domain XML from typed structs; every value escaped by the serializer.
+//!
+//! [`render`] checks a [`DomainSpec`] (absolute paths, names libvirt accepts, combinations the
+//! hypervisor can express), maps it onto private serde structs that mirror libvirt's domain
+//! schema, and serializes them with `quick_xml::se` at full quoting, so no value is ever pasted
+//! into markup by hand.
+//!
+//! KVM/QEMU: direct kernel boot, the disk under test on virtio-blk (`vda`) or virtio-scsi
+//! (`sda`), serial console to a file, the agent on a virtio-serial port bound to a unix socket,
+//! no balloon, no NIC, no graphics.
+//!
+//! Xen (libvirt's libxl driver): PVH (`xenpvh`) or HVM, the disk on the Xen block frontend
+//! (`xvda`) with the datapath from [`super::xen`], the agent on a Xen PV console channel. libxl
+//! ignores `cache`/`io` on disks (QEMU's qdisk and blkback pick their own), so they are not
+//! written for Xen. A PVH guest has no emulated UART: its console is the PV console (`hvc0`), a
+//! pty libxl hands to xenconsoled, so `console_log` cannot be a libvirt file there; capture it
+//! with xenconsoled's `--log=guest` (`/var/log/xen/console/guest-NAME.log`). An HVM guest gets
+//! its serial port written to `console_log` (libxl's `serial = "file:PATH"`).
+
+use super::xen::{self, Skip};
+use super::{DiskSpec, DomainSpec, METADATA_NS};
+use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoMode, XenMode};
+use crate::storage::{DiskSource, NetProtocol};
+use quick_xml::se::{QuoteLevel, SeError, Serializer};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Namespace prefix of the marker element in `<metadata>`.
+pub const METADATA_PREFIX: &str = "vmbench";
+/// Local name of the marker element in `<metadata>` (attributes `run` and `cell`).
+pub const METADATA_ELEMENT: &str = "marker";
+/// The guest device a Xen guest's second PV console (the agent channel) appears as; the first
+/// (`hvc0`) is the Xen console. Xen PV consoles carry their name only in xenstore, not in the
+/// guest's sysfs, so the agent is told the device on the command line.
+pub const XEN_AGENT_PORT: &str = "/dev/hvc1";
+
+/// A [`DomainSpec`] that cannot be turned into a domain definition.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainXmlError {
+    /// A path that must be absolute is relative.
+    #[error("{what} must be an absolute path, got '{}'", path.display())]
+    RelativePath {
+        /// Which field.
+        what: &'static str,
+        /// The value given.
+        path: PathBuf,
+    },
+    /// A path is not UTF-8 (libvirt's XML is UTF-8).
+    #[error("{what} is not valid UTF-8: '{}'", path.display())]
+    NonUtf8Path {
+        /// Which field.
+        what: &'static str,
+        /// The value given.
+        path: PathBuf,
+    },
+    /// A value has a control character; XML cannot carry most of them and attribute
+    /// normalization would change the rest.
+    #[error("{what} contains a control character (newline, tab, NUL ...): {value:?}")]
+    ControlChar {
+        /// Which field.
+        what: &'static str,
+        /// The value given.
+        value: String,
+    },
+    /// A domain name libvirt rejects.
+    #[error("domain name {0:?} is invalid: it must be non-empty and contain no '/'")]
+    BadName(String),
+    /// A disk serial outside libvirt's schema.
+    #[error("disk serial {0:?} is invalid: use 1-20 of letters, digits, space and _ . + -")]
+    BadSerial(String),
+    /// A network disk host that is neither a DNS name nor an IP address.
+    #[error("network disk host {0:?} is invalid: use a DNS name or an IP address")]
+    BadHost(String),
+    /// A network disk without a name (export path + file, or IQN/LUN).
+    #[error("network disk name is empty: give the export path and file (NFS) or IQN/LUN (iSCSI)")]
+    EmptyNetworkName,
+    /// A count that must be positive is zero.
+    #[error("{0} must be at least 1, got 0")]
+    Zero(&'static str),
+    /// Linux native AIO without O_DIRECT: QEMU refuses to start.
+    #[error(
+        "io=native needs cache=none or cache=directsync (O_DIRECT), got cache={0}; \
+         use io=threads or io=io_uring with cache={0}"
+    )]
+    NativeAioNeedsDirect(CacheMode),
+    /// Xen without PVH/HVM.
+    #[error("hypervisor xen needs a xen mode (valid: pvh, hvm)")]
+    MissingXenMode,
+    /// A Xen mode on a non-Xen hypervisor.
+    #[error("xen mode {mode} given for hypervisor {hypervisor}; xen modes apply only to xen")]
+    XenModeWithoutXen {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// The mode given.
+        mode: XenMode,
+    },
+    /// A disk Xen cannot reach through libxl, with what to do instead.
+    #[error(transparent)]
+    Xen(#[from] Skip),
+    /// The serializer failed (a bug: the structs are fixed).
+    #[error("serializing the domain XML")]
+    Serialize(#[source] SeError),
+}
+
+/// The base kernel command line for a guest: console on the serial port (the Xen PV console for
+/// PVH), the agent as init, an immediate reboot on panic (which ends the domain, since every
+/// `on_*` is `destroy`), and only warnings on the console so the log stays small.
+pub fn kernel_cmdline(hv: Hypervisor, xen_mode: Option<XenMode>) -> String {
+    let console = match (hv, xen_mode) {
+        (Hypervisor::Xen, Some(XenMode::Hvm)) => "ttyS0",
+        (Hypervisor::Xen, _) => "hvc0",
+        _ => "ttyS0",
+    };
+    let mut s = format!("console={console} rdinit=/init panic=-1 loglevel=4");
+    if hv == Hypervisor::Xen {
+        s.push_str(" vmbench.port=");
+        s.push_str(XEN_AGENT_PORT);
+    }
+    s
+}
+
+/// The name the guest kernel gives the disk under test (first disk on its bus).
+pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
+    match (hv, bus) {
+        (Hypervisor::Xen, _) => "xvda",
+        (_, Bus::VirtioBlk) => "vda",
+        (_, Bus::VirtioScsi) => "sda",
+    }
+}
+
+/// Whether the disk's `cache`/`io` modes reach the hypervisor. libxl ignores them (blkback and
+/// Xen's qdisk choose their own), so for Xen they are not written and the matrix should not vary
+/// them or report them as measured.
+pub fn disk_tuning_applies(hv: Hypervisor) -> bool {
+    hv != Hypervisor::Xen
+}
+
+/// Renders the libvirt domain XML for `spec`, or says why it cannot be expressed.
+pub fn render(spec: &DomainSpec) -> Result<String, DomainXmlError> {
+    let domain = build(spec)?;
+    let mut out = String::new();
+    let mut ser =
+        Serializer::with_root(&mut out, Some("domain")).map_err(DomainXmlError::Serialize)?;
+    ser.indent(' ', 2);
+    ser.set_quote_level(QuoteLevel::Full);
+    domain.serialize(ser).map_err(DomainXmlError::Serialize)?;
+    out.push('\n');
+    Ok(out)
+}
+
+/// Checks `spec` and maps it onto the schema structs.
+fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
+    check_name(&spec.name)?;
+    no_control("run id", &spec.run_id)?;
+    no_control("cell id", &spec.cell_id)?;
+    no_control("kernel command line", &spec.cmdline)?;
+    if spec.vcpus == 0 {
+        return Err(DomainXmlError::Zero("vcpus"));
+    }
+    if spec.memory_mib == 0 {
+        return Err(DomainXmlError::Zero("memory_mib"));
+    }
+    let xen_mode = match (spec.hypervisor, spec.xen_mode) {
+        (Hypervisor::Xen, Some(m)) => Some(m),
+        (Hypervisor::Xen, None) => return Err(DomainXmlError::MissingXenMode),
+        (hypervisor, Some(mode)) => {
+            return Err(DomainXmlError::XenModeWithoutXen { hypervisor, mode })
+        }
+        (_, None) => None,
+    };
+    let console_log = abs_path("console_log", &spec.console_log)?;
+    let channel_socket = abs_path("channel_socket", &spec.channel_socket)?;
+    let devices = match xen_mode {
+        Some(mode) => xen_devices(&spec.disk, mode, console_log, channel_socket)?,
+        None => qemu_devices(&spec.disk, console_log, channel_socket)?,
+    };
+    Ok(Domain {
+        kind: match spec.hypervisor {
+            Hypervisor::Kvm => "kvm",
+            Hypervisor::Qemu => "qemu",
+            Hypervisor::Xen => "xen",
+        },
+        name: &spec.name,
+        metadata: Metadata {
+            marker: Marker {
+                xmlns: METADATA_NS,
+                run: &spec.run_id,
+                cell: &spec.cell_id,
+            },
+        },
+        memory: Memory {
+            unit: "MiB",
+            value: spec.memory_mib,
+        },
+        vcpu: spec.vcpus,
+        os: Os {
+            os_type: os_type(xen_mode),
+            kernel: abs_path("kernel", &spec.kernel)?,
+            initrd: abs_path("initrd", &spec.initrd)?,
+            cmdline: &spec.cmdline,
+        },
+        features: features(xen_mode),
+        clock: Clock { offset: "utc" },
+        on_poweroff: "destroy",
+        on_reboot: "destroy",
+        on_crash: "destroy",
+        devices,
+    })
+}
+
+/// `<os><type>`: HVM for KVM/QEMU and Xen HVM, `xenpvh` for Xen PVH.
+fn os_type(xen_mode: Option<XenMode>) -> OsType {
+    match xen_mode {
+        Some(XenMode::Pvh) => OsType {
+            arch: "x86_64",
+            machine: Some("xenpvh"),
+            value: "xenpvh",
+        },
+        Some(XenMode::Hvm) | None => OsType {
+            arch: "x86_64",
+            machine: None,
+            value: "hvm",
+        },
+    }
+}
+
+/// ACPI is what lets an HVM guest power off; PVH powers off by hypercall and has no features.
+fn features(xen_mode: Option<XenMode>) -> Option<Features> {
+    match xen_mode {
+        Some(XenMode::Pvh) => None,
+        Some(XenMode::Hvm) => Some(Features {
+            pae: Some(()),
+            acpi: (),
+            apic: Some(()),
+        }),
+        None => Some(Features {
+            pae: None,
+            acpi: (),
+            apic: None,
+        }),
+    }
+}
+
+/// KVM/QEMU devices: the disk on virtio, serial to a file, the agent on virtio-serial.
+fn qemu_devices<'a>(
+    disk: &'a DiskSpec,
+    console_log: &'a str,
+    channel_socket: &'a str,
+) -> Result<Devices<'a>, DomainXmlError> {
+    if disk.io == IoMode::Native && !matches!(disk.cache, CacheMode::None | CacheMode::Directsync) {
+        return Err(DomainXmlError::NativeAioNeedsDirect(disk.cache));
+    }
+    check_serial(&disk.serial)?;
+    let (kind, source) = source(&disk.source)?;
+    let (dev, bus) = match disk.bus {
+        Bus::VirtioBlk => ("vda", "virtio"),
+        Bus::VirtioScsi => ("sda", "scsi"),
+    };
+    Ok(Devices {
+        disk: Disk {
+            kind,
+            device: "disk",
+            driver: Driver {
+                name: "qemu",
+                format: format_name(disk.format),
+                cache: Some(disk.cache.as_str()),
+                io: Some(disk.io.libvirt_name()),
+            },
+            source,
+            target: Target { dev, bus },
+            serial: Some(&disk.serial),
+        },
+        controller: (disk.bus == Bus::VirtioScsi).then_some(Controller {
+            kind: "scsi",
+            index: 0,
+            model: "virtio-scsi",
+        }),
+        serial: Some(file_serial(console_log)),
+        console: None,
+        channel: agent_channel(channel_socket, "virtio"),
+        memballoon: Some(Memballoon { model: "none" }),
+    })
+}
+
+/// Xen devices: the disk on the Xen block frontend with the libxl datapath, the console (PV
+/// console for PVH, serial file for HVM), the agent on a Xen PV console channel.
+fn xen_devices<'a>(
+    disk: &'a DiskSpec,
+    mode: XenMode,
+    console_log: &'a str,
+    channel_socket: &'a str,
+) -> Result<Devices<'a>, DomainXmlError> {
+    let datapath = xen::datapath_for_source(&disk.source, disk.format)?;
+    let (kind, source) = source(&disk.source)?;
+    let (serial, console) = match mode {
+        XenMode::Hvm => (Some(file_serial(console_log)), None),
+        XenMode::Pvh => (
+            None,
+            Some(Console {
+                kind: "pty",
+                target: ConsoleTarget {
+                    kind: "xen",
+                    port: 0,
+                },
+            }),
+        ),
+    };
+    Ok(Devices {
+        disk: Disk {
+            kind,
+            device: "disk",
+            driver: Driver {
+                name: datapath.driver_name(),
+                format: format_name(disk.format),
+                cache: None,
+                io: None,
+            },
+            source,
+            target: Target {
+                dev: "xvda",
+                bus: "xen",
+            },
+            // libxl drops disk serials; the guest finds the disk as xvda.
+            serial: None,
+        },
+        controller: None,
+        serial,
+        console,
+        channel: agent_channel(channel_socket, "xen"),
+        // libvirt adds the Xen balloon itself; `none` is a QEMU notion.
+        memballoon: None,
+    })
+}
+
+/// The serial port written to `path` (port 0, the guest's ttyS0).
+fn file_serial(path: &str) -> Serial<'_> {
+    Serial {
+        kind: "file",
+        source: PathSource { path },
+        target: Port { port: 0 },
+    }
+}
+
+/// The agent's channel: a unix socket libvirt's side listens on.
+fn agent_channel<'a>(path: &'a str, target: &'static str) -> Channel<'a> {
+    Channel {
+        kind: "unix",
+        source: ChannelSource { mode: "bind", path },
+        target: ChannelTarget {
+            kind: target,
+            name: vmbench_proto::PORT_NAME,
+        },
+    }
+}
+
+/// libvirt's `<driver type>` for a format.
+fn format_name(f: Format) -> &'static str {
+    match f {
+        Format::Qcow2 => "qcow2",
+        Format::Raw => "raw",
+    }
+}
+
+/// The `<disk type>` and `<source>` for a disk source.
+fn source(src: &DiskSource) -> Result<(&'static str, Source<'_>), DomainXmlError> {
+    let empty = Source {
+        file: None,
+        dev: None,
+        protocol: None,
+        name: None,
+        host: None,
+        identity: None,
+    };
+    Ok(match src {
+        DiskSource::File { path } => (
+            "file",
+            Source {
+                file: Some(abs_path("disk image path", path)?),
+                ..empty
+            },
+        ),
+        DiskSource::Block { dev } => (
+            "block",
+            Source {
+                dev: Some(abs_path("disk block device", dev)?),
+                ..empty
+            },
+        ),
+        DiskSource::Network {
+            protocol,
+            name,
+            host,
+            port,
+        } => {
+            if name.is_empty() {
+                return Err(DomainXmlError::EmptyNetworkName);
+            }
+            no_control("network disk name", name)?;
+            check_host(host)?;
+            let (protocol, identity) = match protocol {
+                // libnfs connects as the QEMU user unless told otherwise; ganesha's export
+                // squashes nothing, so root is what can write the image.
+                NetProtocol::Nfs => (
+                    "nfs",
+                    Some(Identity {
+                        user: "root",
+                        group: "root",
+                    }),
+                ),
+                NetProtocol::Iscsi => ("iscsi", None),
+            };
+            let host = Some(Host {
+                name: host,
+                port: *port,
+            });
+            (
+                "network",
+                Source {
+                    protocol: Some(protocol),
+                    name: Some(name),
+                    host,
+                    identity,
+                    ..empty
+                },
+            )
+        }
+    })
+}
+
+/// An absolute, UTF-8, control-character-free path as a string.
+fn abs_path<'a>(what: &'static str, path: &'a Path) -> Result<&'a str, DomainXmlError> {
+    let s = path.to_str().ok_or_else(|| DomainXmlError::NonUtf8Path {
+        what,
+        path: path.to_path_buf(),
+    })?;
+    // libvirt's schema wants a leading '/' and at least one more character for file paths.
+    if !path.is_absolute() || s.len() < 2 {
+        return Err(DomainXmlError::RelativePath {
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+    no_control(what, s)?;
+    Ok(s)
+}
+
+/// Rejects control characters: XML 1.0 cannot carry most, and attribute-value normalization
+/// turns tab and newline into spaces, so the value would not round-trip.
+fn no_control(what: &'static str, s: &str) -> Result<(), DomainXmlError> {
+    if s.chars().any(char::is_control) {
+        return Err(DomainXmlError::ControlChar {
+            what,
+            value: s.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// libvirt refuses names with '/' (they become file names) and empty names.
+fn check_name(name: &str) -> Result<(), DomainXmlError> {
+    no_control("domain name", name)?;
+    if name.is_empty() || name.contains('/') {
+        return Err(DomainXmlError::BadName(name.to_string()));
+    }
+    Ok(())
+}
+
+/// libvirt's `diskSerial` pattern; QEMU truncates serials to 20 bytes (virtio-blk's ID field),
+/// so a longer one would not be what the agent sees.
+fn check_serial(serial: &str) -> Result<(), DomainXmlError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "_.+- ".contains(c);
+    if serial.is_empty() || serial.len() > 20 || !serial.chars().all(ok) {
+        return Err(DomainXmlError::BadSerial(serial.to_string()));
+    }
+    Ok(())
+}
+
+/// libvirt's `dnsName` or an IPv4/IPv6 address.
+fn check_host(host: &str) -> Result<(), DomainXmlError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || ".-:".contains(c);
+    if host.is_empty() || !host.chars().all(ok) {
+        return Err(DomainXmlError::BadHost(host.to_string()));
+    }
+    Ok(())
+}
+
+// ---- schema structs: field order is element order; `@x` is an attribute, `$text` the text ----
+
+#[derive(Serialize)]
+struct Domain<'a> {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    name: &'a str,
+    metadata: Metadata<'a>,
+    memory: Memory,
+    vcpu: u32,
+    os: Os<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    features: Option<Features>,
+    clock: Clock,
+    on_poweroff: &'static str,
+    on_reboot: &'static str,
+    on_crash: &'static str,
+    devices: Devices<'a>,
+}
+
+#[derive(Serialize)]
+struct Metadata<'a> {
+    #[serde(rename = "vmbench:marker")]
+    marker: Marker<'a>,
+}
+
+#[derive(Serialize)]
+struct Marker<'a> {
+    #[serde(rename = "@xmlns:vmbench")]
+    xmlns: &'static str,
+    #[serde(rename = "@run")]
+    run: &'a str,
+    #[serde(rename = "@cell")]
+    cell: &'a str,
+}
+
+#[derive(Serialize)]
+struct Memory {
+    #[serde(rename = "@unit")]
+    unit: &'static str,
+    #[serde(rename = "$text")]
+    value: u64,
+}
+
+#[derive(Serialize)]
+struct Os<'a> {
+    #[serde(rename = "type")]
+    os_type: OsType,
+    kernel: &'a str,
+    initrd: &'a str,
+    cmdline: &'a str,
+}
+
+#[derive(Serialize)]
+struct OsType {
+    #[serde(rename = "@arch")]
+    arch: &'static str,
+    #[serde(rename = "@machine", skip_serializing_if = "Option::is_none")]
+    machine: Option<&'static str>,
+    #[serde(rename = "$text")]
+    value: &'static str,
+}
+
+#[derive(Serialize)]
+struct Features {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pae: Option<()>,
+    acpi: (),
+    #[serde(skip_serializing_if = "Option::is_none")]
+    apic: Option<()>,
+}
+
+#[derive(Serialize)]
+struct Clock {
+    #[serde(rename = "@offset")]
+    offset: &'static str,
+}
+
+#[derive(Serialize)]
+struct Devices<'a> {
+    disk: Disk<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    controller: Option<Controller>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serial: Option<Serial<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    console: Option<Console>,
+    channel: Channel<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memballoon: Option<Memballoon>,
+}
+
+#[derive(Serialize)]
+struct Disk<'a> {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    #[serde(rename = "@device")]
+    device: &'static str,
+    driver: Driver,
+    source: Source<'a>,
+    target: Target,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serial: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Driver {
+    #[serde(rename = "@name")]
+    name: &'static str,
+    #[serde(rename = "@type")]
+    format: &'static str,
+    #[serde(rename = "@cache", skip_serializing_if = "Option::is_none")]
+    cache: Option<&'static str>,
+    #[serde(rename = "@io", skip_serializing_if = "Option::is_none")]
+    io: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Source<'a> {
+    #[serde(rename = "@file", skip_serializing_if = "Option::is_none")]
+    file: Option<&'a str>,
+    #[serde(rename = "@dev", skip_serializing_if = "Option::is_none")]
+    dev: Option<&'a str>,
+    #[serde(rename = "@protocol", skip_serializing_if = "Option::is_none")]
+    protocol: Option<&'static str>,
+    #[serde(rename = "@name", skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<Host<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identity: Option<Identity>,
+}
+
+#[derive(Serialize)]
+struct Host<'a> {
+    #[serde(rename = "@name")]
+    name: &'a str,
+    #[serde(rename = "@port", skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
+}
+
+#[derive(Serialize)]
+struct Identity {
+    #[serde(rename = "@user")]
+    user: &'static str,
+    #[serde(rename = "@group")]
+    group: &'static str,
+}
+
+#[derive(Serialize)]
+struct Target {
+    #[serde(rename = "@dev")]
+    dev: &'static str,
+    #[serde(rename = "@bus")]
+    bus: &'static str,
+}
+
+#[derive(Serialize)]
+struct Controller {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    #[serde(rename = "@index")]
+    index: u32,
+    #[serde(rename = "@model")]
+    model: &'static str,
+}
+
+#[derive(Serialize)]
+struct Serial<'a> {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    source: PathSource<'a>,
+    target: Port,
+}
+
+#[derive(Serialize)]
+struct PathSource<'a> {
+    #[serde(rename = "@path")]
+    path: &'a str,
+}
+
+#[derive(Serialize)]
+struct Port {
+    #[serde(rename = "@port")]
+    port: u32,
+}
+
+#[derive(Serialize)]
+struct Console {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    target: ConsoleTarget,
+}
+
+#[derive(Serialize)]
+struct ConsoleTarget {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    #[serde(rename = "@port")]
+    port: u32,
+}
+
+#[derive(Serialize)]
+struct Channel<'a> {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    source: ChannelSource<'a>,
+    target: ChannelTarget,
+}
+
+#[derive(Serialize)]
+struct ChannelSource<'a> {
+    #[serde(rename = "@mode")]
+    mode: &'static str,
+    #[serde(rename = "@path")]
+    path: &'a str,
+}
+
+#[derive(Serialize)]
+struct ChannelTarget {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    #[serde(rename = "@name")]
+    name: &'static str,
+}
+
+#[derive(Serialize)]
+struct Memballoon {
+    #[serde(rename = "@model")]
+    model: &'static str,
+}
