@@ -7,7 +7,10 @@
 //! record is stored (`results`), reported (`report`) and compared (`compare`).
 
 pub mod cell;
+pub mod cleanup;
+pub mod cli;
 pub mod compare;
+pub mod doctor;
 pub mod error;
 pub mod guest;
 pub mod hypervisor;

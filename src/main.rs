@@ -1,3 +1,252 @@
+//! The `vmbench` binary: parses the command line and dispatches; all work is in the library.
+
+use clap::Parser;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vmbench::cli::{self, Cli, Command, ImageAction, ReportFormat};
+use vmbench::error::{CliError, EXIT_INTERRUPTED};
+use vmbench::matrix::cell_run::Cancel;
+use vmbench::matrix::runner::{self, RunOptions};
+use vmbench::results::store::Store;
+use vmbench::results::RunRecord;
+use vmbench::{compare, doctor, image, matrix, report};
+
 fn main() {
-    std::process::exit(0);
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { vmbench::error::EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("vmbench: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = match rt.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vmbench: {}", chain(&e));
+            e.exit_code()
+        }
+    };
+    drop(rt);
+    std::process::exit(code);
+}
+
+fn chain(e: &CliError) -> String {
+    match e {
+        CliError::Usage(s) => s.clone(),
+        CliError::Other(a) => format!("{a:#}"),
+    }
+}
+
+async fn dispatch(cmd: Command) -> Result<i32, CliError> {
+    match cmd {
+        Command::Matrix(a) => cmd_matrix(a).await,
+        Command::Image { action: ImageAction::Build(a) } => cmd_image(a).await,
+        Command::Doctor(a) => Ok(doctor::run(&a).await),
+        Command::Cleanup(a) => vmbench::cleanup::run(&a).map_err(CliError::Other),
+        Command::Runs(a) => cmd_runs(&a),
+        Command::Report(a) => cmd_report(&a),
+        Command::Compare(a) => cmd_compare(&a),
+        Command::Recommend(a) => cmd_recommend(&a),
+        Command::Export(a) => cmd_export(&a),
+        Command::Import(a) => cmd_import(&a),
+    }
+}
+
+fn image_request(a: &cli::ImageArgs) -> image::ImageRequest {
+    image::ImageRequest {
+        cache_dir: a.image_cache.clone().unwrap_or_else(image::default_cache_dir),
+        agent: a.agent.clone(),
+        force: a.force,
+    }
+}
+
+fn db_path(a: &cli::DbArgs) -> PathBuf {
+    a.db.clone().unwrap_or_else(Store::default_path)
+}
+
+async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
+    let cfg = if a.resume.is_some() {
+        // The run's own config.json decides; flags other than --resume are not mixed in.
+        vmbench::matrix::config::MatrixConfig::default()
+    } else {
+        cli::matrix_config(&a)?
+    };
+    for w in &cfg.workload {
+        if let vmbench::cell::WorkloadId::FioFile(p) = w {
+            check_job_file(p)?;
+        }
+    }
+    if a.dry_run {
+        print!("{}", matrix::dry_run::render(&cfg));
+        return Ok(0);
+    }
+    let opts = RunOptions {
+        runs_root: a.runs_dir.clone(),
+        resume: a.resume.clone(),
+        image: image_request(&a.image),
+        db: db_path(&a.db),
+        command: std::env::args().collect(),
+    };
+    let cancel = Arc::new(Cancel::default());
+    spawn_signal_handler(cancel.clone());
+    let (ui, ui_thread) = matrix::progress::start();
+    let result = runner::run(cfg, opts, ui.clone(), cancel).await;
+    drop(ui);
+    let _ = ui_thread.join();
+    let summary = result.map_err(CliError::Other)?;
+    print_tables(&summary.record);
+    eprintln!("results: {}", summary.dir.display());
+    if summary.interrupted {
+        eprintln!("interrupted: finished cells are kept; continue with `vmbench matrix --resume {}`", summary.dir.display());
+        return Ok(EXIT_INTERRUPTED);
+    }
+    Ok(if summary.failed() > 0 { 1 } else { 0 })
+}
+
+fn check_job_file(p: &Path) -> Result<(), CliError> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| CliError::Usage(format!("workload file:{}: {e}", p.display())))?;
+    vmbench::workload::fio::check_user_job(&text)
+        .map_err(|e| CliError::Usage(format!("workload file:{}: {e}", p.display())))?;
+    vmbench::workload::fio::parse_only(p)
+        .map_err(|e| CliError::Usage(format!("workload file:{}: {e}", p.display())))?;
+    Ok(())
+}
+
+fn spawn_signal_handler(cancel: Arc<Cancel>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        eprintln!("\nvmbench: interrupted: stopping the running cell and tearing everything down");
+        cancel.cancel();
+    });
+}
+
+fn print_tables(rec: &RunRecord) {
+    let out = report::text(&rec.cells);
+    if !out.trim().is_empty() {
+        println!("{out}");
+    }
+}
+
+async fn cmd_image(a: cli::ImageArgs) -> Result<i32, CliError> {
+    let req = image_request(&a);
+    let info = tokio::task::spawn_blocking(move || image::ensure(&req, &|s: &str| eprintln!("image: {s}")))
+        .await
+        .map_err(|e| CliError::Other(e.into()))?
+        .map_err(|e| CliError::Other(e.into()))?;
+    println!("image {}", info.id);
+    println!("  kernel    {}", info.kernel.display());
+    println!("  initramfs {} ({:.1} MiB)", info.initrd.display(), info.initrd_bytes as f64 / 1048576.0);
+    for (k, v) in &info.versions {
+        println!("  {k:<10}{v}");
+    }
+    Ok(0)
+}
+
+/// A run by id, `last`, `last-good`, or a run directory.
+fn load_run(spec: &str, db: &cli::DbArgs) -> Result<RunRecord, CliError> {
+    let p = Path::new(spec);
+    if p.join("run.json").is_file() {
+        return vmbench::results::rundir::RunDir::open(p)
+            .and_then(|d| d.load())
+            .map_err(|e| CliError::Usage(e.to_string()));
+    }
+    let store = Store::open(&db_path(db)).map_err(|e| CliError::Other(e.into()))?;
+    let host = runner::hostname();
+    let id = store.resolve(spec, Some(&host)).map_err(|e| CliError::Usage(e.to_string()))?;
+    store.load_run(&id).map_err(|e| CliError::Other(e.into()))
+}
+
+fn write_out(path: &Option<PathBuf>, text: &str) -> Result<(), CliError> {
+    match path {
+        Some(p) => std::fs::write(p, text).map_err(|e| CliError::Other(anyhow::anyhow!("{}: {e}", p.display()))),
+        None => std::io::stdout().write_all(text.as_bytes()).map_err(|e| CliError::Other(e.into())),
+    }
+}
+
+fn cmd_runs(a: &cli::DbArgs) -> Result<i32, CliError> {
+    let store = Store::open(&db_path(a)).map_err(|e| CliError::Other(e.into()))?;
+    let runs = store.runs().map_err(|e| CliError::Other(e.into()))?;
+    if runs.is_empty() {
+        println!("no runs in {}", db_path(a).display());
+    }
+    for r in runs {
+        println!("{r}");
+    }
+    Ok(0)
+}
+
+fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
+    let spec = if a.last { "last" } else { a.run.as_str() };
+    let run = load_run(spec, &a.db)?;
+    let text = match a.format {
+        ReportFormat::Text => report::text(&run.cells),
+        ReportFormat::Markdown => report::markdown(&run.cells),
+        ReportFormat::Csv => report::csv(&run.cells),
+        ReportFormat::Html => report::html(&run),
+    };
+    write_out(&a.output, &text)?;
+    Ok(0)
+}
+
+fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
+    let base = load_run(&a.baseline, &a.db)?;
+    let cand = load_run(&a.candidate, &a.db)?;
+    let mut opts = compare::CompareOptions { noise_threshold_pct: a.threshold, alpha: a.alpha, force: a.force, ..Default::default() };
+    for t in &a.metric_threshold {
+        let (k, v) = t
+            .split_once('=')
+            .and_then(|(k, v)| v.parse::<f64>().ok().map(|v| (k.to_string(), v)))
+            .ok_or_else(|| CliError::Usage(format!("--metric-threshold '{t}' is not KEY=PERCENT")))?;
+        opts.per_metric_threshold.insert(k, v);
+    }
+    let cmp = compare::compare(&base, &cand, &opts);
+    println!("{}", cmp.table());
+    if let Some(p) = &a.junit {
+        write_out(&Some(p.clone()), &cmp.junit_xml())?;
+    }
+    Ok(if cmp.has_regression() { 1 } else { 0 })
+}
+
+fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {
+    let run = load_run(&a.run, &a.db)?;
+    let weights: compare::recommend::Weights = a.objective.parse().map_err(|e: compare::recommend::RecommendError| CliError::Usage(e.to_string()))?;
+    let ranked = compare::recommend::recommend(&run, a.workload.as_deref(), &weights)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    for r in ranked {
+        println!("{}. {:<40} score {:.2}  {}", r.rank, r.label, r.score, r.reason);
+    }
+    Ok(0)
+}
+
+fn cmd_export(a: &cli::ExportArgs) -> Result<i32, CliError> {
+    let store = Store::open(&db_path(&a.db)).map_err(|e| CliError::Other(e.into()))?;
+    let id = store.resolve(&a.run, None).map_err(|e| CliError::Usage(e.to_string()))?;
+    let json = store.export_json(&id).map_err(|e| CliError::Other(e.into()))?;
+    write_out(&a.output, &json)?;
+    Ok(0)
+}
+
+fn cmd_import(a: &cli::ImportArgs) -> Result<i32, CliError> {
+    let text = std::fs::read_to_string(&a.file).map_err(|e| CliError::Usage(format!("{}: {e}", a.file.display())))?;
+    let store = Store::open(&db_path(&a.db)).map_err(|e| CliError::Other(e.into()))?;
+    let id = store.import_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
+    println!("imported run {id}");
+    Ok(0)
 }

@@ -278,3 +278,10 @@ fn connect_hint(uri: &str, msg: &str) -> String {
     }
     String::new()
 }
+
+impl Libvirt {
+    /// The host capabilities XML.
+    pub fn capabilities(&self) -> Result<String, LibvirtError> {
+        self.conn.get_capabilities().map_err(call_err("read capabilities"))
+    }
+}

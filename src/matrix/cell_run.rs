@@ -145,7 +145,7 @@ async fn attempt(
     params.insert("disk_bytes".into(), disk.size_bytes.to_string());
     if cell.hypervisor == Hypervisor::Xen {
         let dp = crate::hypervisor::xen::datapath(cell.backend, cell.format, cfg.storage.nfs_mount.is_some())?;
-        params.insert("datapath".into(), format!("{dp:?}").to_lowercase());
+        params.insert("datapath".into(), dp.to_string());
     } else {
         params.insert("datapath".into(), "qemu".into());
     }

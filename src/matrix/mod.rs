@@ -3,6 +3,9 @@
 //! run order that interleaves repeats (A B C, C B A, ...) to spread drift over all cells.
 
 pub mod config;
+pub mod dry_run;
+pub mod cell_run;
+pub mod probe;
 pub mod progress;
 pub mod runner;
 

@@ -1,0 +1,459 @@
+//! The command line: clap definitions, and how CLI flags override the TOML configuration.
+
+use crate::cell::{parse_list, Hypervisor};
+use crate::error::CliError;
+use crate::matrix::config::MatrixConfig;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// vmbench: benchmark storage as a virtual machine sees it.
+#[derive(Debug, Parser)]
+#[command(name = "vmbench", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a benchmark matrix (hypervisor x backend x format x bus x cache/io x workload).
+    Matrix(MatrixArgs),
+    /// Build or inspect the guest image.
+    Image {
+        /// What to do with the image.
+        #[command(subcommand)]
+        action: ImageAction,
+    },
+    /// Show what this host can run, and why not.
+    Doctor(DoctorArgs),
+    /// Remove domains, volumes, LUNs, exports and servers a crashed run left behind.
+    Cleanup(CleanupArgs),
+    /// List the runs in the history store.
+    Runs(DbArgs),
+    /// Report a run: terminal tables, Markdown, CSV or a self-contained HTML file.
+    Report(ReportArgs),
+    /// Compare two runs: per cell and metric, change, significance and a verdict.
+    Compare(CompareArgs),
+    /// Rank the measured cells of a run by an objective.
+    Recommend(RecommendArgs),
+    /// Export a run as JSON (to move results between hosts).
+    Export(ExportArgs),
+    /// Import a run exported as JSON.
+    Import(ImportArgs),
+}
+
+/// `vmbench image` actions.
+#[derive(Debug, Subcommand)]
+pub enum ImageAction {
+    /// Build the guest image (kernel + initramfs with the agent, fio, bonnie++) if any input
+    /// changed, and print its identity, size and versions.
+    Build(ImageArgs),
+}
+
+/// Where the image lives and how it is made.
+#[derive(Debug, Clone, Args)]
+pub struct ImageArgs {
+    /// Image cache directory (content-addressed).
+    #[arg(long, env = "VMBENCH_IMAGE_CACHE")]
+    pub image_cache: Option<PathBuf>,
+    /// Use this static agent binary instead of building it.
+    #[arg(long)]
+    pub agent: Option<PathBuf>,
+    /// Rebuild even when the cache is warm.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The history database.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// SQLite history database.
+    #[arg(long, env = "VMBENCH_DB")]
+    pub db: Option<PathBuf>,
+}
+
+/// `vmbench matrix`.
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// TOML file with the matrix; command-line options override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Hypervisors: kvm, qemu (TCG), xen. [default: qemu]
+    #[arg(long)]
+    pub hypervisor: Option<String>,
+    /// Xen modes: pvh, hvm (Xen cells only). [default: pvh]
+    #[arg(long)]
+    pub xen_mode: Option<String>,
+    /// Storage backends: local, block, nfs, iscsi, lvm. [default: local,nfs,iscsi]
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Image formats: qcow2, raw. [default: qcow2,raw]
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Guest buses: virtio-blk, virtio-scsi. [default: virtio-blk]
+    #[arg(long)]
+    pub bus: Option<String>,
+    /// Host cache modes: none, writeback, writethrough, directsync, unsafe. [default: none]
+    #[arg(long)]
+    pub cache: Option<String>,
+    /// Host AIO modes: native, threads, io_uring. [default: native]
+    #[arg(long)]
+    pub io: Option<String>,
+    /// Guest disk layouts: raw, ext4, xfs. [default: raw]
+    #[arg(long)]
+    pub layout: Option<String>,
+    /// Workloads: pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k, bonnie,
+    /// file:PATH (a fio job file). [default: pg-randrw]
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// Repeats of every cell (order reversed on every other repeat). [default: 1]
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// Measured seconds per fio job. [default: 60]
+    #[arg(long)]
+    pub runtime: Option<u32>,
+    /// Warm-up seconds, excluded from results. [default: 5]
+    #[arg(long)]
+    pub ramp: Option<u32>,
+    /// fio test area size, e.g. 200M. [default: 200M]
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Disk under test size in MiB. [default: 1024]
+    #[arg(long)]
+    pub disk_mib: Option<u64>,
+    /// Measure on first allocation: skip the prefill pass.
+    #[arg(long)]
+    pub no_prefill: bool,
+    /// Guest vCPUs. [default: 2]
+    #[arg(long)]
+    pub vcpus: Option<u32>,
+    /// Guest memory in MiB. [default: 512]
+    #[arg(long)]
+    pub memory: Option<u64>,
+    /// Seconds to wait for the guest agent's hello. [default: 60]
+    #[arg(long)]
+    pub boot_timeout: Option<u64>,
+    /// Do not boot-probe KVM before the run; its cells then fail after the boot timeout.
+    #[arg(long)]
+    pub no_probe: bool,
+    /// libvirt URI: `URI` for every hypervisor, or `HV=URI` (repeatable), e.g.
+    /// `kvm=qemu+ssh://host1/system`. [default: qemu:///system; xen:///system for xen]
+    #[arg(long)]
+    pub connect: Vec<String>,
+    /// Drop cells matching DIM=VALUE[,DIM=VALUE...] (repeatable).
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// Run only cells matching DIM=VALUE[,DIM=VALUE...] (repeatable).
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// Directory for local images (the disk you want to measure). [default: the run's work dir]
+    #[arg(long)]
+    pub local_dir: Option<PathBuf>,
+    /// Preallocation of local images: off, metadata, full. [default: off]
+    #[arg(long)]
+    pub prealloc: Option<String>,
+    /// External NFS server nfs://HOST/EXPORT. [default: an embedded nfs-ganesha on 127.0.0.1]
+    #[arg(long)]
+    pub nfs: Option<String>,
+    /// An NFS export already mounted on this host (file disks instead of libnfs).
+    #[arg(long)]
+    pub nfs_mount: Option<PathBuf>,
+    /// External iSCSI LUN iscsi://PORTAL/IQN/LUN. [default: an embedded tgt on 127.0.0.1]
+    #[arg(long)]
+    pub iscsi: Option<String>,
+    /// LVM volume group for lvm cells.
+    #[arg(long)]
+    pub lvm_vg: Option<String>,
+    /// LVM thin pool (thin volumes instead of thick).
+    #[arg(long)]
+    pub lvm_thin_pool: Option<String>,
+    /// Block device for block cells. Its contents are destroyed.
+    #[arg(long)]
+    pub block_device: Option<PathBuf>,
+    /// Confirm that --block-device may be overwritten.
+    #[arg(long)]
+    pub allow_destroy: bool,
+    /// Use --block-device even if it holds a filesystem signature.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the cells, their estimated duration and domain XML; start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Continue an interrupted run: run only the cells of RUN_DIR that have no result.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Where run directories are created.
+    #[arg(long, default_value = "vmbench-runs")]
+    pub runs_dir: PathBuf,
+    /// Image options.
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `vmbench doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// libvirt URI for kvm/qemu.
+    #[arg(long, default_value = "qemu:///system")]
+    pub connect: String,
+    /// libvirt URI for xen.
+    #[arg(long, default_value = "xen:///system")]
+    pub xen_connect: String,
+    /// Skip the KVM boot probe (it boots the image once).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Image options.
+    #[command(flatten)]
+    pub image: ImageArgs,
+}
+
+/// `vmbench cleanup`.
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// libvirt URI.
+    #[arg(long, default_value = "qemu:///system")]
+    pub connect: String,
+    /// Only what this run left (its id); default: every vmbench leftover.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Where run directories are (their work dirs and servers are cleaned too).
+    #[arg(long, default_value = "vmbench-runs")]
+    pub runs_dir: PathBuf,
+    /// Print what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Output formats of `vmbench report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// The seeds' tables, for a terminal.
+    Text,
+    /// Markdown tables.
+    Markdown,
+    /// One row per cell, repeat and metric.
+    Csv,
+    /// One self-contained HTML file with SVG charts.
+    Html,
+}
+
+/// `vmbench report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Run id, `last`, `last-good`, or a run directory.
+    #[arg(default_value = "last")]
+    pub run: String,
+    /// The newest run (same as RUN=last).
+    #[arg(long)]
+    pub last: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: ReportFormat,
+    /// Write to this file instead of stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `vmbench compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Baseline: run id, `last`, `last-good`, or a run directory.
+    pub baseline: String,
+    /// Candidate: run id, `last`, or a run directory.
+    pub candidate: String,
+    /// Changes smaller than this (in %) are noise. [default: 5]
+    #[arg(long, default_value_t = 5.0)]
+    pub threshold: f64,
+    /// Per-metric threshold KEY=PCT (repeatable), e.g. write_lat_p99_us=10.
+    #[arg(long)]
+    pub metric_threshold: Vec<String>,
+    /// Significance level of the permutation test.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+    /// Compare even when provenance (fio, image, QEMU, host) differs.
+    #[arg(long)]
+    pub force: bool,
+    /// Also write JUnit XML here (one testcase per cell and metric).
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `vmbench recommend`.
+#[derive(Debug, Args)]
+pub struct RecommendArgs {
+    /// Run id, `last` or a run directory.
+    #[arg(default_value = "last")]
+    pub run: String,
+    /// Only cells of this workload.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// Objectives with weights: iops, p99, host-cpu, memory, e.g. `iops=2,p99=1`.
+    #[arg(long, default_value = "iops=1")]
+    pub objective: String,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `vmbench export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Run id or `last`.
+    pub run: String,
+    /// Output file (stdout when absent).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `vmbench import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A JSON file written by `vmbench export`.
+    pub file: PathBuf,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// Builds the matrix configuration: defaults, then the TOML file, then CLI flags.
+pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
+    let mut c = match &a.config {
+        Some(p) => MatrixConfig::from_file(p).map_err(|e| CliError::Usage(e.to_string()))?,
+        None => MatrixConfig::default(),
+    };
+    macro_rules! list {
+        ($field:ident) => {
+            if let Some(s) = &a.$field {
+                c.$field = parse_list(s)?;
+            }
+        };
+    }
+    list!(hypervisor);
+    list!(xen_mode);
+    list!(backend);
+    list!(format);
+    list!(bus);
+    list!(cache);
+    list!(io);
+    list!(layout);
+    list!(workload);
+    macro_rules! scalar {
+        ($field:ident, $cfg:ident) => {
+            if let Some(v) = a.$field.clone() {
+                c.$cfg = v;
+            }
+        };
+    }
+    scalar!(repeat, repeat);
+    scalar!(runtime, runtime);
+    scalar!(ramp, ramp);
+    scalar!(size, size);
+    scalar!(disk_mib, disk_mib);
+    scalar!(vcpus, vcpus);
+    scalar!(memory, memory_mib);
+    scalar!(boot_timeout, boot_timeout);
+    if a.no_prefill {
+        c.prefill = false;
+    }
+    if a.no_probe {
+        c.probe = false;
+    }
+    for spec in &a.connect {
+        apply_connect(&mut c, spec)?;
+    }
+    for r in &a.exclude {
+        c.exclude.push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
+    }
+    for r in &a.include {
+        c.include.push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
+    }
+    let s = &mut c.storage;
+    macro_rules! opt {
+        ($field:ident) => {
+            if let Some(v) = a.$field.clone() {
+                s.$field = Some(v);
+            }
+        };
+    }
+    opt!(local_dir);
+    opt!(prealloc);
+    opt!(nfs);
+    opt!(nfs_mount);
+    opt!(iscsi);
+    opt!(lvm_vg);
+    opt!(lvm_thin_pool);
+    opt!(block_device);
+    s.allow_destroy |= a.allow_destroy;
+    s.force |= a.force;
+    c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(c)
+}
+
+fn apply_connect(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
+    match spec.split_once('=') {
+        // `kvm=qemu+ssh://...`: the part before '=' must be a hypervisor (a URI's own '=' comes
+        // after "://").
+        Some((hv, uri)) if !hv.contains("://") => {
+            let hv: Hypervisor = hv.parse()?;
+            c.connect.insert(hv, uri.to_string());
+        }
+        _ => {
+            for hv in Hypervisor::ALL {
+                if *hv != Hypervisor::Xen {
+                    c.connect.insert(*hv, spec.to_string());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Result<MatrixConfig, CliError> {
+        let mut full = vec!["vmbench", "matrix"];
+        full.extend(v);
+        let cli = Cli::try_parse_from(full).map_err(|e| CliError::Usage(e.to_string()))?;
+        let Command::Matrix(m) = cli.command else { unreachable!() };
+        matrix_config(&m)
+    }
+
+    #[test]
+    fn cli_overrides_and_errors() {
+        let c = args(&["--hypervisor", "kvm,qemu", "--format", "raw", "--runtime", "5"]).unwrap();
+        assert_eq!(c.hypervisor, vec![Hypervisor::Kvm, Hypervisor::Qemu]);
+        assert_eq!(c.runtime, 5);
+        let e = args(&["--backend", "ceph"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("valid: local, block, nfs, iscsi, lvm"), "{e}");
+        let e = args(&["--hypervisor", ""]).unwrap_err();
+        assert!(e.to_string().contains("'hypervisor' is empty"), "{e}");
+    }
+
+    #[test]
+    fn connect_per_hypervisor() {
+        let c = args(&["--connect", "kvm=qemu+ssh://h1/system", "--connect", "xen=xen+ssh://h2"]).unwrap();
+        assert_eq!(c.uri(Hypervisor::Kvm), "qemu+ssh://h1/system");
+        assert_eq!(c.uri(Hypervisor::Qemu), "qemu:///system");
+        assert_eq!(c.uri(Hypervisor::Xen), "xen+ssh://h2");
+        let c = args(&["--connect", "qemu+tcp://h3/system?x=1"]).unwrap();
+        assert_eq!(c.uri(Hypervisor::Kvm), "qemu+tcp://h3/system?x=1");
+        assert!(args(&["--connect", "vmware=esx://h"]).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! `vmbench doctor`: what this host can run, and why not. The matrix uses the same probes
+//! ([`crate::matrix::probe`], the backends' `check()`), so a cell doctor calls unsupported is
+//! reported unsupported by the matrix, with the same reason.
+
+use crate::cell::{Backend, Hypervisor};
+use crate::cli::DoctorArgs;
+use crate::hypervisor::libvirt::Libvirt;
+use crate::matrix::cell_run::Cancel;
+use std::path::Path;
+use tabled::settings::Style;
+
+/// One line of the doctor's table.
+#[derive(Debug, Clone, tabled::Tabled)]
+pub struct Check {
+    /// What was checked.
+    #[tabled(rename = "check")]
+    pub what: String,
+    /// ok, unsupported, missing.
+    #[tabled(rename = "status")]
+    pub status: &'static str,
+    /// Version or reason.
+    #[tabled(rename = "detail")]
+    pub detail: String,
+}
+
+fn check(what: &str, r: Result<String, String>, bad: &'static str) -> Check {
+    match r {
+        Ok(d) => Check { what: what.into(), status: "ok", detail: d },
+        Err(d) => Check { what: what.into(), status: bad, detail: d },
+    }
+}
+
+/// Runs every check, prints the table; exit 0 when at least QEMU/TCG cells can run.
+pub async fn run(a: &DoctorArgs) -> i32 {
+    let checks = checks(a).await;
+    let ok = checks.iter().any(|c| c.what == "hypervisor qemu (TCG)" && c.status == "ok");
+    println!("{}", tabled::Table::new(&checks).with(Style::sharp()));
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
+/// The checks, in display order.
+pub async fn checks(a: &DoctorArgs) -> Vec<Check> {
+    let mut out = Vec::new();
+    let conn = Libvirt::connect(&a.connect);
+    out.push(check(
+        &format!("libvirt ({})", a.connect),
+        conn.as_ref().map(|c| format!("libvirt {}, QEMU {}", c.versions().0, c.versions().1)).map_err(|e| e.to_string()),
+        "missing",
+    ));
+    let image = find_image(a);
+    out.push(check("guest image", image.as_ref().map(|i| format!("{} ({} KiB)", i.id, i.initrd_bytes / 1024)).map_err(Clone::clone), "missing"));
+    let tcg = match &conn {
+        Ok(c) => qemu_tcg(c),
+        Err(_) => Err("no libvirt connection".into()),
+    };
+    out.push(check("hypervisor qemu (TCG)", tcg, "unsupported"));
+    out.push(check("hypervisor kvm", kvm(a, conn.as_ref().ok(), image.as_ref().ok()).await, "unsupported"));
+    out.push(check(
+        &format!("hypervisor xen ({})", a.xen_connect),
+        Libvirt::connect(&a.xen_connect).map(|c| format!("libxl, Xen {}", c.versions().1)).map_err(|e| format!("no libxl connection: {e}")),
+        "unsupported",
+    ));
+    for b in Backend::ALL {
+        out.push(check(&format!("backend {b}"), backend(*b), "unsupported"));
+    }
+    out.push(check("host fio (for --host-baseline)", tool_version("fio", &["--version"]), "missing"));
+    out
+}
+
+fn qemu_tcg(c: &Libvirt) -> Result<String, String> {
+    let caps = c.capabilities().map_err(|e| e.to_string())?;
+    if caps.contains("<domain type='qemu'") || caps.contains("<domain type=\"qemu\"") {
+        Ok("x86_64 guests without acceleration".into())
+    } else {
+        Err("libvirt reports no TCG (qemu) domain type: is qemu-system-x86 installed?".into())
+    }
+}
+
+async fn kvm(a: &DoctorArgs, conn: Option<&Libvirt>, image: Option<&crate::image::ImageInfo>) -> Result<String, String> {
+    if !Path::new("/dev/kvm").exists() {
+        return Err("no /dev/kvm".into());
+    }
+    if a.no_probe {
+        return Ok("/dev/kvm present (boot probe skipped)".into());
+    }
+    let (Some(conn), Some(image)) = (conn, image) else {
+        return Err("/dev/kvm present; boot probe needs libvirt and the guest image".into());
+    };
+    let dir = std::env::temp_dir().join(format!("vmbench-doctor-{}", std::process::id()));
+    let cancel = Cancel::default();
+    crate::matrix::probe::boot_probe(Hypervisor::Kvm, conn, image, &dir, &cancel, "doctor")
+        .await
+        .map(|()| "/dev/kvm present and a guest boots".into())
+}
+
+fn backend(b: Backend) -> Result<String, String> {
+    use crate::storage::StorageBackend;
+    let probe: Box<dyn StorageBackend> = match b {
+        Backend::Local => Box::new(crate::storage::local::LocalBackend::new(std::env::temp_dir(), Default::default())),
+        Backend::Nfs => return embedded("nfs-ganesha", "ganesha.nfsd", "block-nfs.so"),
+        Backend::Iscsi => return embedded("tgt", "tgtd", "block-iscsi.so"),
+        Backend::Lvm => Box::new(crate::storage::lvm::LvmBackend::new(String::new(), None)),
+        Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
+    };
+    match probe.check() {
+        Ok(()) => Ok("available".into()),
+        // An LVM probe without a VG can only say whether device-mapper and lvm2 exist.
+        Err(u) if b == Backend::Lvm && u.0.contains("volume group") => Ok("device-mapper and lvm2 present; needs --lvm-vg".into()),
+        Err(u) => Err(u.0),
+    }
+}
+
+fn embedded(pkg: &str, binary: &str, qemu_module: &str) -> Result<String, String> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).chain([Path::new("/usr/sbin").into()]).any(|d| d.join(binary).exists()))
+        .unwrap_or(false);
+    if !on_path {
+        return Err(format!("{binary} not found (install {pkg})"));
+    }
+    let module = Path::new("/usr/lib/x86_64-linux-gnu/qemu").join(qemu_module);
+    if !module.exists() {
+        return Err(format!("QEMU has no {qemu_module} (install qemu-block-extra)"));
+    }
+    Ok(format!("embedded {pkg} on 127.0.0.1 (or an external server)"))
+}
+
+fn tool_version(prog: &str, args: &[&str]) -> Result<String, String> {
+    let o = std::process::Command::new(prog).args(args).output().map_err(|e| format!("{prog}: {e}"))?;
+    Ok(String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
+}
+
+fn find_image(a: &DoctorArgs) -> Result<crate::image::ImageInfo, String> {
+    let cache = a.image.image_cache.clone().unwrap_or_else(crate::image::default_cache_dir);
+    crate::image::find_cached(&cache).ok_or_else(|| format!("none in {} (run `vmbench image build`)", cache.display()))
+}
