@@ -2,6 +2,8 @@
 //! and (in `store.rs`) the SQLite history. A cell's record is written durably the moment the
 //! cell ends, before the next one starts.
 
+pub mod store;
+
 use crate::cell::Cell;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
