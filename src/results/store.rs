@@ -156,6 +156,16 @@ pub enum StoreError {
     /// `record_cell` / `finish_run` for a run that was never begun.
     #[error("run '{0}' was never begun in the results database (call begin_run first)")]
     UnknownRun(String),
+    /// JSON cannot hold an infinity or NaN; exporting it as `null` would lose it silently.
+    #[error("run {run_id} cannot be exported: {what} is {value}, which JSON cannot represent")]
+    NotExportable {
+        /// The run.
+        run_id: String,
+        /// Which cell and metric or sample series.
+        what: String,
+        /// The value.
+        value: f64,
+    },
     /// A row holds a value this build cannot read.
     #[error("results database is corrupt: {0}")]
     Corrupt(String),
@@ -412,6 +422,7 @@ impl Store {
     /// The run as a JSON document that `import_json` (here or in another database) reads back.
     pub fn export_json(&self, run_id: &str) -> Result<String, StoreError> {
         let run = self.load_run(run_id)?;
+        check_finite(&run)?;
         let (host, status): (String, String) = self
             .conn
             .query_row(
@@ -625,6 +636,28 @@ fn is_good(r: &RunSummary) -> bool {
     !INCOMPLETE_STATUSES.contains(&r.status.as_str())
         && r.failed == 0
         && r.passed + r.unsupported + r.skipped > 0
+}
+
+/// The first non-finite number in a run, as an error.
+fn check_finite(run: &RunRecord) -> Result<(), StoreError> {
+    for c in &run.cells {
+        let metrics = c
+            .metrics
+            .iter()
+            .filter_map(|m| Some((&m.key, m.value.number()?)));
+        let samples = c
+            .samples
+            .iter()
+            .flat_map(|(k, v)| v.iter().map(move |x| (k, *x)));
+        if let Some((key, value)) = metrics.chain(samples).find(|(_, v)| !v.is_finite()) {
+            return Err(StoreError::NotExportable {
+                run_id: run.run_id.clone(),
+                what: format!("cell {} repeat {} {key}", c.cell_id, c.repeat),
+                value,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn parse_import(json: &str) -> Result<Export, StoreError> {
