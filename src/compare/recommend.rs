@@ -66,10 +66,11 @@ impl Objective {
     fn show(self, v: f64) -> String {
         match self {
             Objective::Iops => format!("{} IOPS", fmt_num(v)),
-            Objective::P99Latency if v >= 1000.0 => format!("p99 {} ms", fmt_num(v / 1000.0)),
+            Objective::P99Latency if v >= 10_000.0 => format!("p99 {:.0} ms", v / 1000.0),
+            Objective::P99Latency if v >= 1000.0 => format!("p99 {:.1} ms", v / 1000.0),
             Objective::P99Latency => format!("p99 {} µs", fmt_num(v)),
-            Objective::HostCpu => format!("{}% host CPU", fmt_num(v)),
-            Objective::StorageMemory => format!("{} MiB storage memory", fmt_num(v)),
+            Objective::HostCpu => format!("{v:.0}% host CPU"),
+            Objective::StorageMemory => format!("{v:.0} MiB storage memory"),
         }
     }
 
@@ -321,12 +322,14 @@ struct ObjectiveTable {
 }
 
 impl ObjectiveTable {
+    /// Every objective with a figure in some cell (unweighted ones give context to reasons);
+    /// a weighted objective without any figure is an error.
     fn build(cands: &[Candidate], objectives: &[(Objective, f64)]) -> Result<Self, RecommendError> {
         let mut t = ObjectiveTable {
             raw: BTreeMap::new(),
             best: BTreeMap::new(),
         };
-        for &(o, _) in objectives {
+        for o in Objective::ALL {
             let vals: Vec<Option<f64>> = cands.iter().map(|c| o.value(&c.metrics)).collect();
             let present = vals.iter().flatten().copied();
             let best = if o.higher_is_better() {
@@ -334,18 +337,25 @@ impl ObjectiveTable {
             } else {
                 present.reduce(f64::min)
             };
-            let best = best.ok_or_else(|| RecommendError::MissingMetric {
-                objective: o,
-                keys: o.keys().iter().map(|k| k.to_string()).collect(),
-            })?;
-            t.raw.insert(o, vals);
-            t.best.insert(o, best);
+            match best {
+                Some(best) => {
+                    t.raw.insert(o, vals);
+                    t.best.insert(o, best);
+                }
+                None if objectives.iter().any(|(w, _)| *w == o) => {
+                    return Err(RecommendError::MissingMetric {
+                        objective: o,
+                        keys: o.keys().iter().map(|k| k.to_string()).collect(),
+                    })
+                }
+                None => {}
+            }
         }
         Ok(t)
     }
 
     fn raw(&self, o: Objective, i: usize) -> Option<f64> {
-        self.raw[&o][i]
+        self.raw.get(&o).and_then(|v| v[i])
     }
 
     /// 1 for the best cell, proportionally less for the others, 0 without a figure.
@@ -403,13 +413,25 @@ impl ObjectiveTable {
                 ));
             } else if n < 0.5 {
                 bad.push(self.weak_phrase(o, v));
-            } else {
+            } else if o.higher_is_better() {
                 good.push(format!("{} ({:.0}% of the best)", o.show(v), n * 100.0));
+            } else {
+                good.push(format!("{}, {:.1}x the lowest", o.show(v), 1.0 / n));
             }
             if i != top && !o.higher_is_better() {
                 if let Some(p) = self.versus_top(o, top, v) {
                     good.push(p);
                 }
+            }
+        }
+        // Unweighted costs still tell the reader what the choice saves against #1.
+        let weighted: Vec<Objective> = objectives.iter().map(|(o, _)| *o).collect();
+        for o in Objective::ALL.into_iter().filter(|o| !weighted.contains(o)) {
+            let Some(v) = self.raw(o, i) else { continue };
+            if o.higher_is_better() && self.norm(o, i) >= 0.999 {
+                good.push(self.best_phrase(o, i, v));
+            } else if i != top && !o.higher_is_better() {
+                good.extend(self.versus_top(o, top, v));
             }
         }
         match (good.is_empty(), bad.is_empty()) {
@@ -423,7 +445,7 @@ impl ObjectiveTable {
         let lead = match o {
             Objective::Iops => "fastest",
             Objective::P99Latency => "lowest tail latency",
-            Objective::HostCpu => "cheapest in host CPU",
+            Objective::HostCpu => "lightest on the host",
             Objective::StorageMemory => "lightest storage stack",
         };
         match self.next_best(o, i) {
@@ -445,6 +467,8 @@ impl ObjectiveTable {
                         format!("{lead}: {}, {ratio:.1}x {rel}", o.show(v))
                             .replace("x less than", "x below")
                     }
+                } else if ratio == 1.0 {
+                    format!("{lead}: {} (tied)", o.show(v))
                 } else {
                     format!("{lead}: {} (the next is within 5%)", o.show(v))
                 }
