@@ -328,6 +328,10 @@ fn missing_and_unpassed_cells_are_listed() {
         "{:?}",
         c.unpassed_cells
     );
+    assert!(
+        !c.table().contains('\u{1}'),
+        "control characters reach the terminal"
+    );
     let xml = c.junit_xml();
     let parsed = parse_junit(&xml);
     assert_eq!(parsed.testcases, 3);

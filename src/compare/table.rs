@@ -54,7 +54,16 @@ pub(super) fn render(c: &Comparison) -> String {
         "{} metric(s) compared, {regressions} regression(s)\n",
         c.rows.len()
     ));
-    out
+    // Failure reasons carry guest output; escape sequences must not reach the terminal.
+    out.chars()
+        .map(|ch| {
+            if ch.is_control() && ch != '\n' {
+                '?'
+            } else {
+                ch
+            }
+        })
+        .collect()
 }
 
 fn line(cells: &[String; 8], widths: &[usize; 8]) -> String {

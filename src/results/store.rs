@@ -9,6 +9,8 @@
 //! which loses `-0.0`. Samples are one little-endian `f64` blob per series: a 600-second run has
 //! thousands of them and one row each would make `record_cell` slow for nothing.
 
+#![warn(missing_docs)]
+
 use super::{Better, CellResult, Outcome, Provenance, RunRecord, Timings, Value};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
@@ -869,7 +871,7 @@ fn encode_f64s(values: &[f64]) -> Vec<u8> {
 }
 
 fn decode_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
-    if blob.len() % 8 != 0 {
+    if !blob.len().is_multiple_of(8) {
         return Err(StoreError::Corrupt(format!(
             "sample blob of {} bytes",
             blob.len()
