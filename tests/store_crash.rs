@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use vmbench::cell::*;
 use vmbench::results::store::Store;
@@ -11,7 +12,7 @@ use vmbench::results::*;
 
 const ENV: &str = "VMBENCH_STORE_WRITER";
 const RUN: &str = "20261202-000000-kill";
-/// Cells the parent waits to see committed before it kills the writer.
+/// Cells the parent waits to see committed before it kills the writer (first round).
 const BEFORE_KILL: usize = 25;
 const METRICS_PER_CELL: usize = 40;
 
@@ -77,6 +78,14 @@ fn writer_child_mode() {
 
 #[test]
 fn killed_writer_leaves_complete_cells() {
+    // Kill at a few moments not tied to a commit boundary: right after a commit was reported,
+    // and a little later, when the writer is inside its next transaction.
+    for (n, delay_us) in [(BEFORE_KILL, 0), (5, 300), (40, 1_500)] {
+        kill_after(n, delay_us);
+    }
+}
+
+fn kill_after(before_kill: usize, delay_us: u64) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     let child = Command::new(std::env::current_exe().unwrap())
@@ -93,24 +102,36 @@ fn killed_writer_leaves_complete_cells() {
     let mut child = KillOnDrop(child);
     let out = child.0.stdout.take().unwrap();
     let mut committed = 0;
-    for line in BufReader::new(out).lines() {
+    // Kept open until after the kill: a closed pipe would end the writer by itself.
+    let mut lines = BufReader::new(out).lines();
+    for line in &mut lines {
         if line.unwrap().starts_with("committed ") {
             committed += 1;
-            if committed == BEFORE_KILL {
+            if committed == before_kill {
                 break;
             }
         }
     }
-    assert_eq!(committed, BEFORE_KILL, "writer stopped early");
+    assert_eq!(committed, before_kill, "writer stopped early");
+    std::thread::sleep(std::time::Duration::from_micros(delay_us));
     // SIGKILL while it is busy writing the next cells.
     child.0.kill().unwrap();
     let status = child.0.wait().unwrap();
-    assert!(!status.success());
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "writer ended by itself: {status}"
+    );
+    drop(lines);
 
     let store = Store::open(&db).unwrap();
     let run = store.load_run(RUN).unwrap();
+    eprintln!(
+        "{} cells survived the SIGKILL (parent saw {before_kill})",
+        run.cells.len()
+    );
     assert!(
-        run.cells.len() >= BEFORE_KILL,
+        run.cells.len() >= before_kill,
         "only {} cells survived",
         run.cells.len()
     );
