@@ -3,6 +3,7 @@
 //! cell ends, before the next one starts.
 
 pub mod rundir;
+pub mod store;
 
 use crate::cell::Cell;
 use serde::{Deserialize, Serialize};

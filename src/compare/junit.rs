@@ -1,0 +1,145 @@
+//! JUnit XML for CI: one testcase per cell x metric, a regression is a `<failure>` whose message
+//! carries the numbers, an incomparable metric or cell is `<skipped>`. Written with quick-xml so
+//! every attribute and text is escaped; characters XML 1.0 cannot hold at all are dropped.
+
+use super::table::{fmt_num, fmt_pct};
+use super::{Comparison, MetricComparison, Verdict};
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+use quick_xml::Writer;
+use std::io::Cursor;
+
+/// Renders the comparison as a JUnit document.
+pub(super) fn render(c: &Comparison) -> String {
+    let mut w = Writer::new_with_indent(Cursor::new(Vec::new()), b' ', 2);
+    write_doc(&mut w, c).expect("writing XML to memory cannot fail");
+    String::from_utf8(w.into_inner().into_inner()).expect("quick-xml writes UTF-8")
+}
+
+type W = Writer<Cursor<Vec<u8>>>;
+
+fn write_doc(w: &mut W, c: &Comparison) -> std::io::Result<()> {
+    let failures = c
+        .rows
+        .iter()
+        .filter(|r| r.verdict == Verdict::Regression)
+        .count();
+    let skipped = c
+        .rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::NotComparable(_)))
+        .count()
+        + c.missing_cells.len()
+        + c.unpassed_cells.len();
+    let tests = c.rows.len() + c.missing_cells.len() + c.unpassed_cells.len();
+    let counts = [
+        ("tests", tests.to_string()),
+        ("failures", failures.to_string()),
+        ("errors", "0".to_string()),
+        ("skipped", skipped.to_string()),
+    ];
+    w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+    let name = clean(&format!(
+        "vmbench compare {} -> {}",
+        c.baseline_run, c.candidate_run
+    ));
+    let mut suites = BytesStart::new("testsuites");
+    suites.push_attribute(("name", name.as_str()));
+    counts
+        .iter()
+        .for_each(|(k, v)| suites.push_attribute((*k, v.as_str())));
+    w.write_event(Event::Start(suites))?;
+    let mut suite = BytesStart::new("testsuite");
+    suite.push_attribute(("name", name.as_str()));
+    counts
+        .iter()
+        .for_each(|(k, v)| suite.push_attribute((*k, v.as_str())));
+    w.write_event(Event::Start(suite))?;
+    for r in &c.rows {
+        write_row(w, r)?;
+    }
+    for m in &c.missing_cells {
+        write_skipped_cell(w, m, "cell present in only one run")?;
+    }
+    for u in &c.unpassed_cells {
+        write_skipped_cell(w, u, "cell has no passed repeat on one side")?;
+    }
+    w.write_event(Event::End(BytesEnd::new("testsuite")))?;
+    w.write_event(Event::End(BytesEnd::new("testsuites")))
+}
+
+/// The numbers of a row, in one sentence.
+pub(crate) fn summary(r: &MetricComparison) -> String {
+    let p = r
+        .p_value
+        .map(|p| format!("p={p:.4}"))
+        .unwrap_or_else(|| "no test".into());
+    format!(
+        "{} {}: {} -> {} {} ({}, {p}, n={}/{}): {}",
+        r.label,
+        r.metric_label,
+        fmt_num(r.baseline_mean),
+        fmt_num(r.candidate_mean),
+        r.unit,
+        fmt_pct(r.change_pct),
+        r.n_baseline,
+        r.n_candidate,
+        r.verdict
+    )
+}
+
+fn testcase(classname: &str, name: &str) -> BytesStart<'static> {
+    let mut tc = BytesStart::new("testcase");
+    tc.push_attribute(("classname", clean(&format!("vmbench.{classname}")).as_str()));
+    tc.push_attribute(("name", clean(name).as_str()));
+    tc.push_attribute(("time", "0"));
+    tc
+}
+
+fn write_row(w: &mut W, r: &MetricComparison) -> std::io::Result<()> {
+    w.write_event(Event::Start(testcase(&r.cell_id, &r.key)))?;
+    let message = clean(&summary(r));
+    match &r.verdict {
+        Verdict::Regression => {
+            let mut f = BytesStart::new("failure");
+            f.push_attribute(("message", message.as_str()));
+            f.push_attribute(("type", "regression"));
+            w.write_event(Event::Start(f))?;
+            w.write_event(Event::Text(BytesText::new(&message)))?;
+            w.write_event(Event::End(BytesEnd::new("failure")))?;
+        }
+        Verdict::NotComparable(_) => {
+            let mut s = BytesStart::new("skipped");
+            s.push_attribute(("message", message.as_str()));
+            w.write_event(Event::Empty(s))?;
+        }
+        _ => write_system_out(w, &message)?,
+    }
+    if let Some(note) = &r.note {
+        write_system_out(w, &clean(note))?;
+    }
+    w.write_event(Event::End(BytesEnd::new("testcase")))
+}
+
+fn write_system_out(w: &mut W, text: &str) -> std::io::Result<()> {
+    w.write_event(Event::Start(BytesStart::new("system-out")))?;
+    w.write_event(Event::Text(BytesText::new(text)))?;
+    w.write_event(Event::End(BytesEnd::new("system-out")))
+}
+
+fn write_skipped_cell(w: &mut W, what: &str, why: &str) -> std::io::Result<()> {
+    let id = what.split([' ', ':']).next().unwrap_or(what);
+    w.write_event(Event::Start(testcase(id, "cell")))?;
+    let mut s = BytesStart::new("skipped");
+    s.push_attribute(("message", clean(&format!("{why}: {what}")).as_str()));
+    w.write_event(Event::Empty(s))?;
+    w.write_event(Event::End(BytesEnd::new("testcase")))
+}
+
+/// Drops characters XML 1.0 forbids even escaped (control characters from guest output).
+fn clean(s: &str) -> String {
+    s.chars()
+        .filter(|&c| {
+            matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{FFFE}' && c != '\u{FFFF}')
+        })
+        .collect()
+}

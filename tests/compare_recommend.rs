@@ -1,0 +1,222 @@
+//! `recommend` on synthetic runs whose ranking is known by construction.
+
+use std::collections::BTreeMap;
+use vmbench::cell::*;
+use vmbench::compare::recommend::*;
+use vmbench::results::*;
+
+fn cell(backend: Backend, format: Format) -> Cell {
+    Cell {
+        hypervisor: Hypervisor::Qemu,
+        xen_mode: None,
+        backend,
+        format,
+        bus: Bus::VirtioBlk,
+        cache: CacheMode::None,
+        io: IoMode::Native,
+        layout: Layout::Raw,
+        workload: WorkloadId::Preset("pg-randrw".into()),
+    }
+}
+
+/// A passed cell with read/write IOPS, read/write p99 (µs), host CPU and storage memory.
+fn result(backend: Backend, figures: [f64; 6], repeat: u32) -> CellResult {
+    let [ri, wi, rp, wp, cpu, mem] = figures;
+    let c = cell(backend, Format::Raw);
+    let mut metrics = vec![
+        Metric::num("read_iops", "Read IOPS", "IOPS", Better::Higher, ri),
+        Metric::num("write_iops", "Write IOPS", "IOPS", Better::Higher, wi),
+        Metric::num("read_lat_p99_us", "Read p99", "µs", Better::Lower, rp),
+        Metric::num("write_lat_p99_us", "Write p99", "µs", Better::Lower, wp),
+        Metric::num("host_qemu_cpu_pct", "Host CPU", "%", Better::Lower, cpu),
+    ];
+    if mem > 0.0 {
+        metrics.push(Metric::num(
+            "storage_server_peak_rss_mib",
+            "Storage RSS",
+            "MiB",
+            Better::Lower,
+            mem,
+        ));
+    }
+    CellResult {
+        cell_id: c.id(),
+        cell: c,
+        repeat,
+        outcome: Outcome::Passed,
+        metrics,
+        params: BTreeMap::new(),
+        provenance: Provenance::default(),
+        timings: Timings::default(),
+        samples: BTreeMap::new(),
+    }
+}
+
+/// local: fast, bad tail, heavy CPU; nfs: 40 % of the IOPS, good tail, half the CPU;
+/// iscsi: nearly local's IOPS at half the CPU, tail near nfs's; lvm failed.
+fn run() -> RunRecord {
+    let mut failed = result(Backend::Lvm, [99999.0, 99999.0, 1.0, 1.0, 1.0, 1.0], 0);
+    failed.outcome = Outcome::Failed("no dm".into());
+    RunRecord {
+        run_id: "r".into(),
+        started: "t".into(),
+        command: vec![],
+        cells: vec![
+            result(
+                Backend::Local,
+                [5400.0, 2357.0, 14000.0, 9000.0, 180.0, 0.0],
+                0,
+            ),
+            result(
+                Backend::Local,
+                [5400.0, 2357.0, 14000.0, 9000.0, 180.0, 0.0],
+                1,
+            ),
+            result(
+                Backend::Nfs,
+                [2200.0, 900.0, 2100.0, 2500.0, 90.0, 300.0],
+                0,
+            ),
+            result(
+                Backend::Iscsi,
+                [5200.0, 2200.0, 3000.0, 2800.0, 90.0, 60.0],
+                0,
+            ),
+            failed,
+        ],
+    }
+}
+
+fn ids(r: &[Ranked]) -> Vec<Backend> {
+    r.iter()
+        .map(|x| x.cell_id.split('-').nth(1).unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn iops_alone_ranks_by_total_iops() {
+    let r = recommend(&run(), None, &"iops".parse().unwrap()).unwrap();
+    assert_eq!(ids(&r), [Backend::Local, Backend::Iscsi, Backend::Nfs]);
+    assert_eq!(r.iter().map(|x| x.rank).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!((r[0].score - 1.0).abs() < 1e-12);
+    // Only passed cells: the failed LVM cell's huge IOPS never count.
+    assert!(r.iter().all(|x| !x.cell_id.contains("lvm")));
+    assert!(
+        r[0].reason.starts_with("fastest: 7,757 IOPS"),
+        "{}",
+        r[0].reason
+    );
+    assert!(
+        r[1].reason.contains("within 5% of the best IOPS"),
+        "{}",
+        r[1].reason
+    );
+    assert!(
+        r[1].reason.contains("at half the host CPU of #1"),
+        "{}",
+        r[1].reason
+    );
+}
+
+#[test]
+fn latency_weight_changes_the_winner() {
+    let w: Weights = "p99=1".parse().unwrap();
+    let r = recommend(&run(), None, &w).unwrap();
+    assert_eq!(ids(&r), [Backend::Nfs, Backend::Iscsi, Backend::Local]);
+    assert!(r[0].reason.contains("p99 2.5 ms"), "{}", r[0].reason);
+    assert!(
+        r[2].reason.contains("but") && r[2].reason.contains("p99 14 ms"),
+        "{}",
+        r[2].reason
+    );
+    // Balanced: iscsi is near the best on IOPS and CPU, so it wins overall.
+    let w: Weights = "iops=1,p99=1,host-cpu=1".parse().unwrap();
+    let r = recommend(&run(), Some("pg-randrw"), &w).unwrap();
+    assert_eq!(
+        r[0].cell_id,
+        cell(Backend::Iscsi, Format::Raw).id(),
+        "{r:#?}"
+    );
+    assert!(r.windows(2).all(|p| p[0].score >= p[1].score));
+}
+
+#[test]
+fn missing_metric_in_all_cells_is_a_clear_error() {
+    let mut run = run();
+    run.cells
+        .iter_mut()
+        .for_each(|c| c.metrics.retain(|m| m.key != "host_qemu_cpu_pct"));
+    let e = recommend(&run, None, &"iops=1,host-cpu=1".parse().unwrap()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RecommendError::MissingMetric {
+                objective: Objective::HostCpu,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("host_qemu_cpu_pct"), "{e}");
+    // Missing in some cells only: ranked, with the gap said.
+    let r = recommend(
+        &super_run_without_local_memory(),
+        None,
+        &"memory".parse().unwrap(),
+    )
+    .unwrap();
+    let local = r.iter().find(|x| x.cell_id.contains("local")).unwrap();
+    assert_eq!(local.score, 0.0);
+    assert!(
+        local.reason.contains("no storage memory figure"),
+        "{}",
+        local.reason
+    );
+}
+
+fn super_run_without_local_memory() -> RunRecord {
+    run()
+}
+
+#[test]
+fn parse_errors_name_the_choices() {
+    let e = "speed".parse::<Objective>().unwrap_err().to_string();
+    assert!(
+        e.contains("iops") && e.contains("p99") && e.contains("host-cpu") && e.contains("memory"),
+        "{e}"
+    );
+    assert!("iops=x".parse::<Weights>().is_err());
+    assert!("iops=-1".parse::<Weights>().is_err());
+    assert!("iops=1,iops=2".parse::<Weights>().is_err());
+    assert!("iops=0".parse::<Weights>().is_err());
+    let w: Weights = " iops = 2 , p99=1".parse().unwrap();
+    assert_eq!(w.0.get(&Objective::Iops), Some(&2.0));
+    assert_eq!(w.0.get(&Objective::P99Latency), Some(&1.0));
+    let e = recommend(&run(), Some("seq-read"), &Weights::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("seq-read") && e.contains("pg-randrw"), "{e}");
+}
+
+#[test]
+fn every_reason_is_one_line_of_numbers() {
+    for w in [
+        "iops",
+        "p99",
+        "iops=1,p99=1,host-cpu=1",
+        "memory",
+        "iops=3,memory=1",
+    ] {
+        for r in recommend(&run(), None, &w.parse().unwrap()).unwrap() {
+            println!(
+                "{w:>24} #{} {:<18} {:.3}  {}",
+                r.rank, r.label, r.score, r.reason
+            );
+            assert!(
+                !r.reason.contains('\n') && r.reason.chars().any(|c| c.is_ascii_digit()),
+                "{r:?}"
+            );
+            assert!((0.0..=1.0).contains(&r.score), "{r:?}");
+        }
+    }
+}
