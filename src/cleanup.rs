@@ -8,9 +8,10 @@ use crate::hypervisor::libvirt::Libvirt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// Held for the whole of a matrix run; cleanup skips runs whose lock it cannot take.
+/// Held for the whole of a matrix run; cleanup skips runs whose lock it cannot take. The kernel
+/// drops the lock when the process dies, SIGKILL included, so a crashed run is always unlocked.
 pub struct RunLock {
-    _file: File,
+    _lock: nix::fcntl::Flock<File>,
 }
 
 impl RunLock {
@@ -18,25 +19,9 @@ impl RunLock {
     pub fn acquire(run_dir: &Path) -> std::io::Result<RunLock> {
         let f = File::options().create(true).truncate(false).write(true).open(run_dir.join("lock"))?;
         nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-            .map(|l| RunLock { _file: l.unlock().unwrap_or_else(|(f, _)| f) })
+            .map(|l| RunLock { _lock: l })
             .map_err(|(_, e)| std::io::Error::from(e))
-            .and_then(|_| {
-                // Re-open and keep the lock held for as long as the returned value lives.
-                let f = File::options().write(true).open(run_dir.join("lock"))?;
-                nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-                    .map(|l| RunLock { _file: into_file(l) })
-                    .map_err(|(_, e)| std::io::Error::from(e))
-            })
     }
-}
-
-fn into_file(l: nix::fcntl::Flock<File>) -> File {
-    // Keep the lock: leak the Flock guard's unlock by converting into the raw file; the lock is
-    // released when the descriptor closes (process exit included, so a SIGKILL frees it).
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&*l);
-    std::mem::forget(l);
-    // SAFETY: the descriptor was owned by the forgotten guard and is owned by the File now.
-    unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }
 }
 
 /// True when a live process holds the run's lock.
@@ -99,7 +84,7 @@ fn dead_runs(root: &Path, only: Option<&str>) -> Vec<PathBuf> {
         .into_iter()
         .filter(|d| only.is_none_or(|r| name(d).as_deref() == Some(r)))
         .filter(|d| !run_is_live(d))
-        .filter(|d| d.join("work").exists() || d.join("servers").exists())
+        .filter(|d| d.join("work-dir").exists() || d.join("servers").exists())
         .collect()
 }
 
@@ -117,19 +102,26 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
-    for sub in ["work", "servers"] {
-        let d = run.join(sub);
-        if d.exists() && !(sub == "servers" && has_logs_only(&d)) {
-            rep.lines.push(format!("{}", d.display()));
+    let marker = run.join("work-dir");
+    if let Ok(work) = std::fs::read_to_string(&marker) {
+        let work = PathBuf::from(work);
+        // Only a directory named after this run, so a tampered marker cannot point elsewhere.
+        if work.file_name() == run.file_name() && work.exists() {
+            rep.lines.push(format!("{}", work.display()));
             if !dry {
-                let _ = std::fs::remove_dir_all(&d);
+                let _ = std::fs::remove_dir_all(&work);
             }
         }
+        if !dry {
+            let _ = std::fs::remove_file(&marker);
+        }
     }
-}
-
-fn has_logs_only(_d: &Path) -> bool {
-    false
+    // Server logs are kept (they explain the crash); their pid files go.
+    if !dry {
+        for p in pid_files(&run.join("servers")) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 fn pid_files(dir: &Path) -> Vec<PathBuf> {

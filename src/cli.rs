@@ -187,6 +187,10 @@ pub struct MatrixArgs {
     /// Where run directories are created.
     #[arg(long, default_value = "vmbench-runs")]
     pub runs_dir: PathBuf,
+    /// Where each run's work directory (disk images, sockets, LUN files) is made. Every
+    /// directory above it must be traversable by QEMU's user (o+x).
+    #[arg(long, default_value = "/var/lib/vmbench/work")]
+    pub work_dir: PathBuf,
     /// Image options.
     #[command(flatten)]
     pub image: ImageArgs,

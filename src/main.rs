@@ -91,6 +91,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     }
     let opts = RunOptions {
         runs_root: a.runs_dir.clone(),
+        work_root: a.work_dir.clone(),
         resume: a.resume.clone(),
         image: image_request(&a.image),
         db: db_path(&a.db),
@@ -109,7 +110,12 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
         eprintln!("interrupted: finished cells are kept; continue with `vmbench matrix --resume {}`", summary.dir.display());
         return Ok(EXIT_INTERRUPTED);
     }
-    Ok(if summary.failed() > 0 { 1 } else { 0 })
+    let passed = summary.record.cells.iter().filter(|c| c.outcome == vmbench::results::Outcome::Passed).count();
+    if passed == 0 {
+        eprintln!("vmbench: no cell could be measured on this host (see the reasons above; `vmbench doctor` checks the host)");
+    }
+    // A nightly job must not go green when nothing was measured.
+    Ok(if summary.failed() > 0 || passed == 0 { 1 } else { 0 })
 }
 
 fn check_job_file(p: &Path) -> Result<(), CliError> {

@@ -23,6 +23,9 @@ use std::sync::Arc;
 pub struct RunOptions {
     /// Where run directories are created.
     pub runs_root: PathBuf,
+    /// Where each run's work directory (images, sockets, LUN files) is created; QEMU's user must
+    /// be able to traverse it.
+    pub work_root: PathBuf,
     /// Continue this run directory instead of starting a new one.
     pub resume: Option<PathBuf>,
     /// The image to use (built when missing).
@@ -64,6 +67,8 @@ pub fn new_run_id() -> String {
 /// run directory, no store); cell failures are results.
 pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel>) -> anyhow::Result<RunSummary> {
     let (rundir, mut record, cfg) = open_rundir(cfg, &opts)?;
+    let _lock = crate::cleanup::RunLock::acquire(&rundir.path)
+        .with_context(|| format!("{} is in use by another vmbench", rundir.path.display()))?;
     let plan = expand(&cfg);
     let done: BTreeSet<(String, u32)> =
         record.cells.iter().map(|c| (c.cell_id.clone(), c.repeat)).collect();
@@ -94,8 +99,11 @@ pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel
     .await??;
     ui.line(format!("image: {} ({} KiB initramfs)", image.id, image.initrd_bytes / 1024));
 
-    let work = rundir.path.join("work");
+    let work = opts.work_root.join(&record.run_id);
+    make_private_dir(&opts.work_root)?;
     make_private_dir(&work)?;
+    // Cleanup finds the work dir of a crashed run through this file.
+    std::fs::write(rundir.path.join("work-dir"), work.as_os_str().as_encoded_bytes())?;
     let mut servers = Servers::new(rundir.path.join("servers"));
     let conns = connect_all(&cfg, &plan, &image, &work, &ui, &cancel, &record.run_id).await;
     let base_prov = provenance(&conns, &image, &host);
@@ -127,6 +135,7 @@ pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel
     }
     drop(servers);
     let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_file(rundir.path.join("work-dir"));
     let interrupted = cancel.is_cancelled();
     store.finish_run(&record.run_id, if interrupted { "interrupted" } else { "finished" })?;
     Ok(RunSummary { run_id: record.run_id.clone(), dir: rundir.path.clone(), record, interrupted })
