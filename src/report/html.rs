@@ -37,7 +37,10 @@ fn direction(b: Better) -> &'static str {
 
 /// The whole page.
 pub fn html(run: &RunRecord) -> String {
-    let groups = group_by_cell(&run.cells);
+    let mut groups = group_by_cell(&run.cells);
+    for (g, t) in groups.iter_mut().zip(super::summary::column_titles(&group_by_cell(&run.cells))) {
+        g.label = t;
+    }
     let mut body = String::new();
     let _ = write!(
         body,

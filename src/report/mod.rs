@@ -15,7 +15,7 @@ pub use html::html;
 
 use crate::cell::WorkloadId;
 use crate::results::{CellResult, RunRecord, Value};
-use summary::{fmt_agg, group_by_cell, metric_infos, Agg, CellGroup, MIXED_MARK};
+use summary::{column_titles, fmt_agg, group_by_cell, metric_infos, Agg, CellGroup, MIXED_MARK};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
@@ -42,7 +42,7 @@ fn render(rows: Vec<Vec<String>>, flavour: Flavour) -> String {
     }
     let mut t = b.build();
     match flavour {
-        Flavour::Text => t.with(Style::modern()),
+        Flavour::Text => t.with(Style::sharp()),
         Flavour::Markdown => t.with(Style::markdown()),
     };
     t.to_string()
@@ -51,17 +51,6 @@ fn render(rows: Vec<Vec<String>>, flavour: Flavour) -> String {
 /// Keeps cell text from breaking a markdown table.
 fn md_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('|', "\\|").replace(['\n', '\r'], " ")
-}
-
-/// Column titles for groups: the cell label, plus the workload when the table mixes workloads
-/// (the label leaves the workload out).
-fn column_titles(groups: &[CellGroup<'_>]) -> Vec<String> {
-    let first = groups.first().map(|g| &g.repeats[0].cell.workload);
-    let mixed = groups.iter().any(|g| Some(&g.repeats[0].cell.workload) != first);
-    groups
-        .iter()
-        .map(|g| if mixed { format!("{} [{}]", g.label, g.repeats[0].cell.workload) } else { g.label.clone() })
-        .collect()
 }
 
 /// Footnotes shared by the tables.
@@ -108,7 +97,7 @@ pub fn fio_table(results: &[CellResult]) -> String {
 
 fn fio_in(results: &[CellResult], flavour: Flavour) -> String {
     match fio_rows(results) {
-        Some((rows, groups, mixed)) => format!("{}\n{}", render(rows, flavour), footnotes(&groups, mixed)),
+        Some((rows, groups, mixed)) => format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed)),
         None => String::new(),
     }
 }
@@ -150,16 +139,30 @@ fn bonnie_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGrou
         for (_, key, _) in BONNIE_COLUMNS {
             let agg = g.agg(key);
             mixed |= matches!(agg, Agg::Numbers { too_fast, .. } if too_fast > 0);
-            let text = match (&agg, key.ends_with("cpu_pct")) {
-                (Agg::TooFast { .. }, true) => "+++".to_string(),
-                _ => fmt_agg(&agg, "", false),
-            };
+            let text = bonnie_fmt(&agg, key.ends_with("cpu_pct"));
             row.push(g.status_word().map_or(text, String::from));
         }
         row.push(g.outcome());
         rows.push(row);
     }
     Some((rows, groups, mixed))
+}
+
+/// A figure as bonnie++ prints it: integers stay integers, fractions keep one decimal
+/// (`118.6` seeks), no thousands separators; `+++` for a too-fast %CP.
+fn bonnie_fmt(agg: &Agg, cpu: bool) -> String {
+    let plain = |v: f64| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") };
+    match agg {
+        Agg::Numbers { stats, too_fast } => {
+            let mark = if *too_fast > 0 { MIXED_MARK } else { "" };
+            match stats.stddev {
+                Some(sd) => format!("{} ± {}{mark}", plain(stats.mean), plain(sd)),
+                None => format!("{}{mark}", plain(stats.mean)),
+            }
+        }
+        Agg::TooFast { .. } if cpu => "+++".into(),
+        other => fmt_agg(other, "", false),
+    }
 }
 
 /// The file size as bonnie++ prints it (`8G`, `64M`), from the `file_size_mib` metric.
@@ -181,7 +184,7 @@ pub fn bonnie_table(results: &[CellResult]) -> String {
 
 fn bonnie_in(results: &[CellResult], flavour: Flavour) -> String {
     match bonnie_rows(results) {
-        Some((rows, groups, mixed)) => format!("{}\n{}", render(rows, flavour), footnotes(&groups, mixed)),
+        Some((rows, groups, mixed)) => format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed)),
         None => String::new(),
     }
 }

@@ -138,6 +138,17 @@ pub fn group_by_cell(results: &[CellResult]) -> Vec<CellGroup<'_>> {
     groups
 }
 
+/// Titles for groups: the cell label, plus the workload when the groups mix workloads (the
+/// label leaves the workload out, so two workloads of one cell would look alike).
+pub fn column_titles(groups: &[CellGroup<'_>]) -> Vec<String> {
+    let first = groups.first().map(|g| &g.repeats[0].cell.workload);
+    let mixed = groups.iter().any(|g| Some(&g.repeats[0].cell.workload) != first);
+    groups
+        .iter()
+        .map(|g| if mixed { format!("{} [{}]", g.label, g.repeats[0].cell.workload) } else { g.label.clone() })
+        .collect()
+}
+
 /// A metric's identity across cells: key, label, unit, direction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricInfo {
