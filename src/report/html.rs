@@ -114,7 +114,9 @@ fn bar_chart(info: &MetricInfo, groups: &[CellGroup<'_>]) -> String {
         let tx = LABEL_W + PLOT_W + 8.0;
         let _ = write!(inner, "<text x=\"{tx}\" y=\"{:.1}\">{}</text>", y + 14.0, esc(&text));
     }
-    let caption = format!("{} ({}) — {}", info.label, info.unit, direction(info.better));
+    // The read share checks the job's mix; neither direction is better.
+    let dir = if info.key == "read_share_pct" { "mix check, not a figure of merit" } else { direction(info.better) };
+    let caption = format!("{} ({}) — {dir}", info.label, info.unit);
     let h = 16.0 + groups.len() as f64 * ROW_H;
     figure(&info.key, &caption, LABEL_W + PLOT_W + 200.0, h, &inner)
 }
@@ -251,7 +253,7 @@ fn series_chart(key: &str, groups: &[CellGroup<'_>]) -> String {
         let pts: Vec<String> = s
             .iter()
             .enumerate()
-            .map(|(x, v)| format!("{:.1},{:.1}", left + (x as f64 + 1.0) / n as f64 * pw, top + ph - v / ymax * ph))
+            .map(|(x, v)| format!("{:.1},{:.1}", left + x as f64 / (n - 1) as f64 * pw, top + ph - v / ymax * ph))
             .collect();
         let c = PALETTE[i % PALETTE.len()];
         let _ = write!(
