@@ -11,7 +11,9 @@ use vmbench::results::{CellResult, Outcome, Provenance, RunRecord, Timings};
 use vmbench::workload::fio;
 
 fn fixture(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -44,9 +46,16 @@ fn run_record() -> RunRecord {
             outcome,
             metrics: if passed { metrics.clone() } else { vec![] },
             params: BTreeMap::new(),
-            provenance: Provenance { fio: "fio-3.33".into(), ..Provenance::default() },
+            provenance: Provenance {
+                fio: "fio-3.33".into(),
+                ..Provenance::default()
+            },
             timings: Timings::default(),
-            samples: if passed { fio::samples_from_logs(&logs) } else { BTreeMap::new() },
+            samples: if passed {
+                fio::samples_from_logs(&logs)
+            } else {
+                BTreeMap::new()
+            },
         }
     };
     RunRecord {
@@ -64,7 +73,12 @@ fn run_record() -> RunRecord {
 /// Runs chromium with a deadline; the child is killed (it is ours) if it overruns.
 fn chromium(args: &[String], timeout: Duration) -> std::process::Output {
     let mut child = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+        ])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -85,7 +99,12 @@ fn chromium(args: &[String], timeout: Duration) -> std::process::Output {
 }
 
 fn have_chromium() -> bool {
-    Command::new("chromium").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    Command::new("chromium")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
 }
 
 fn write_page(dir: &Path) -> (PathBuf, String) {
@@ -105,11 +124,19 @@ fn chromium_renders_the_svg_charts() {
     let (page, html) = write_page(dir.path());
     let url = format!("file://{}", page.display());
     let out = chromium(&["--dump-dom".into(), url], Duration::from_secs(120));
-    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dom = String::from_utf8_lossy(&out.stdout);
     let want = html.matches("<svg").count();
     assert!(want >= 12, "{want} charts in the page");
-    assert_eq!(dom.matches("<svg").count(), want, "every chart is in the browser's DOM");
+    assert_eq!(
+        dom.matches("<svg").count(),
+        want,
+        "every chart is in the browser's DOM"
+    );
     assert!(dom.contains("<polyline"), "time series drawn");
     assert!(dom.contains("tgtd &lt;down&gt;"), "reason shown as text");
 }
@@ -129,12 +156,20 @@ fn chromium_screenshot_is_not_blank() {
         format!("file://{}", page.display()),
     ];
     let out = chromium(&args, Duration::from_secs(120));
-    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let bytes = std::fs::read(&png).expect("screenshot written");
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
     let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
     assert_eq!((w, h), (1000, 1600));
     // A blank 1000x1600 page compresses to a few KB; charts and text make it much larger.
-    assert!(bytes.len() > 30_000, "screenshot only {} bytes", bytes.len());
+    assert!(
+        bytes.len() > 30_000,
+        "screenshot only {} bytes",
+        bytes.len()
+    );
 }

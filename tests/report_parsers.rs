@@ -7,7 +7,9 @@ use vmbench::results::{Better, Value};
 use vmbench::workload::{bonnie, fio, PRESETS};
 
 fn fixture(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -26,21 +28,53 @@ fn fio_single_job_matches_the_json() {
     assert_eq!(run.fio_version, "fio-3.33");
     assert_eq!(run.jobs, vec!["pg-test"]);
     assert!(close(run.read.iops, j["read"]["iops"].as_f64().unwrap()));
-    assert!(close(run.write.bw_mib_s, j["write"]["bw_bytes"].as_f64().unwrap() / 1048576.0));
-    assert!(close(run.read.lat_mean_us, j["read"]["lat_ns"]["mean"].as_f64().unwrap() / 1000.0));
-    let p99 = j["read"]["clat_ns"]["percentile"]["99.000000"].as_f64().unwrap() / 1000.0;
+    assert!(close(
+        run.write.bw_mib_s,
+        j["write"]["bw_bytes"].as_f64().unwrap() / 1048576.0
+    ));
+    assert!(close(
+        run.read.lat_mean_us,
+        j["read"]["lat_ns"]["mean"].as_f64().unwrap() / 1000.0
+    ));
+    let p99 = j["read"]["clat_ns"]["percentile"]["99.000000"]
+        .as_f64()
+        .unwrap()
+        / 1000.0;
     assert!(close(run.read.lat_p99_us, p99));
-    assert!(run.read.lat_p50_us <= run.read.lat_p99_us && run.read.lat_p99_us <= run.read.lat_p999_us);
+    assert!(
+        run.read.lat_p50_us <= run.read.lat_p99_us && run.read.lat_p99_us <= run.read.lat_p999_us
+    );
     assert_eq!(run.read.total_ios, j["read"]["total_ios"].as_u64().unwrap());
     assert!(close(run.sys_cpu_pct, j["sys_cpu"].as_f64().unwrap()));
     let m = fio::metrics(&run);
-    let share = m.iter().find(|m| m.key == "read_share_pct").unwrap().value.number().unwrap();
-    assert!((65.0..75.0).contains(&share), "70/30 mix gave {share}% reads");
+    let share = m
+        .iter()
+        .find(|m| m.key == "read_share_pct")
+        .unwrap()
+        .value
+        .number()
+        .unwrap();
+    assert!(
+        (65.0..75.0).contains(&share),
+        "70/30 mix gave {share}% reads"
+    );
     let lat = m.iter().find(|m| m.key == "write_lat_mean_us").unwrap();
-    assert_eq!((lat.label.as_str(), lat.unit.as_str(), lat.better), ("Write Latency (avg)", "µs", Better::Lower));
+    assert_eq!(
+        (lat.label.as_str(), lat.unit.as_str(), lat.better),
+        ("Write Latency (avg)", "µs", Better::Lower)
+    );
     let iops = m.iter().find(|m| m.key == "read_iops").unwrap();
-    assert_eq!((iops.label.as_str(), iops.better), ("Read IOPS", Better::Higher));
-    for key in ["read_bw_mib_s", "write_iops", "write_lat_p99_us", "guest_usr_cpu_pct", "guest_sys_cpu_pct"] {
+    assert_eq!(
+        (iops.label.as_str(), iops.better),
+        ("Read IOPS", Better::Higher)
+    );
+    for key in [
+        "read_bw_mib_s",
+        "write_iops",
+        "write_lat_p99_us",
+        "guest_usr_cpu_pct",
+        "guest_sys_cpu_pct",
+    ] {
         assert!(m.iter().any(|m| m.key == key), "{key} missing");
     }
 }
@@ -48,7 +82,10 @@ fn fio_single_job_matches_the_json() {
 #[test]
 fn fio_jobs_are_aggregated() {
     let run = fio::parse(&fixture("fio-host-2jobs.json")).unwrap();
-    let jobs = raw("fio-host-2jobs.json")["jobs"].as_array().unwrap().clone();
+    let jobs = raw("fio-host-2jobs.json")["jobs"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(jobs.len(), 2);
     assert_eq!(run.jobs.len(), 2);
     let sum = |d: &str, k: &str| jobs.iter().map(|j| j[d][k].as_f64().unwrap()).sum::<f64>();
@@ -57,7 +94,10 @@ fn fio_jobs_are_aggregated() {
     assert_eq!(run.read.total_ios as f64, sum("read", "total_ios"));
     let weighted: f64 = jobs
         .iter()
-        .map(|j| j["read"]["lat_ns"]["mean"].as_f64().unwrap() / 1000.0 * j["read"]["total_ios"].as_f64().unwrap())
+        .map(|j| {
+            j["read"]["lat_ns"]["mean"].as_f64().unwrap() / 1000.0
+                * j["read"]["total_ios"].as_f64().unwrap()
+        })
         .sum::<f64>()
         / sum("read", "total_ios");
     assert!(close(run.read.lat_mean_us, weighted));
@@ -65,9 +105,15 @@ fn fio_jobs_are_aggregated() {
 
 #[test]
 fn fio_skips_noise_and_rejects_bad_data() {
-    let text = format!("fio: file hash not empty on exit\nfio: some warning\n{}", fixture("fio-host-pg-randrw.json"));
+    let text = format!(
+        "fio: file hash not empty on exit\nfio: some warning\n{}",
+        fixture("fio-host-pg-randrw.json")
+    );
     assert!(fio::parse(&text).is_ok());
-    assert!(matches!(fio::parse("fio: nothing here"), Err(fio::FioParseError::NoJson)));
+    assert!(matches!(
+        fio::parse("fio: nothing here"),
+        Err(fio::FioParseError::NoJson)
+    ));
     assert!(fio::parse("{ \"jobs\": [ ").is_err());
     let good = fixture("fio-host-pg-randrw.json");
     let j = raw("fio-host-pg-randrw.json");
@@ -77,10 +123,16 @@ fn fio_skips_noise_and_rejects_bad_data() {
     let e = fio::parse(&neg).unwrap_err();
     assert!(e.to_string().contains("jobs[0].read.iops"), "{e}");
     let missing = good.replacen("\"99.000000\"", "\"98.000000\"", 1);
-    assert!(fio::parse(&missing).unwrap_err().to_string().contains("99.000000"));
+    assert!(fio::parse(&missing)
+        .unwrap_err()
+        .to_string()
+        .contains("99.000000"));
     let nan = good.replacen(&format!("\"iops\" : {iops}"), "\"iops\" : \"NaN\"", 1);
     assert!(fio::parse(&nan).is_err());
-    assert!(matches!(fio::parse("{\"fio version\":\"x\",\"jobs\":[]}"), Err(fio::FioParseError::NoJobs)));
+    assert!(matches!(
+        fio::parse("{\"fio version\":\"x\",\"jobs\":[]}"),
+        Err(fio::FioParseError::NoJobs)
+    ));
 }
 
 #[test]
@@ -96,19 +148,33 @@ fn fio_logs_become_series_in_the_right_units() {
     let bw = fio::parse_log(&files[0].1).unwrap();
     assert!(!bw.is_empty());
     let s = fio::samples_from_logs(&files);
-    for key in ["read_iops", "write_iops", "read_bw_mib_s", "write_bw_mib_s", "read_lat_mean_us", "write_lat_mean_us"] {
+    for key in [
+        "read_iops",
+        "write_iops",
+        "read_bw_mib_s",
+        "write_bw_mib_s",
+        "read_lat_mean_us",
+        "write_lat_mean_us",
+    ] {
         assert!(!s[key].is_empty(), "{key}");
     }
     let first_read_kib = bw.iter().find(|x| x.ddir == fio::Ddir::Read).unwrap().value;
     assert!(close(s["read_bw_mib_s"][0], first_read_kib / 1024.0));
     // bw (MiB/s) and iops (8 KiB blocks) of the same second must agree.
     let implied = s["read_iops"][0] * 8.0 / 1024.0;
-    assert!((s["read_bw_mib_s"][0] / implied - 1.0).abs() < 0.05, "{} vs {implied}", s["read_bw_mib_s"][0]);
+    assert!(
+        (s["read_bw_mib_s"][0] / implied - 1.0).abs() < 0.05,
+        "{} vs {implied}",
+        s["read_bw_mib_s"][0]
+    );
     // The JSON mean latency (µs) and the log's per-second latencies are the same magnitude.
     let run = fio::parse(&fixture("fio-host-pg-randrw.json")).unwrap();
     let ratio = s["read_lat_mean_us"][0] / run.read.lat_mean_us;
     assert!((0.2..5.0).contains(&ratio), "log lat / json lat = {ratio}");
-    assert!(fio::parse_log("1000, 5, 0, 0, 0\nbroken line\n").unwrap_err().to_string().contains("line 2"));
+    assert!(fio::parse_log("1000, 5, 0, 0, 0\nbroken line\n")
+        .unwrap_err()
+        .to_string()
+        .contains("line 2"));
     assert!(fio::parse_log("1000, -5, 0, 0, 0").is_err());
 }
 
@@ -137,15 +203,24 @@ fn job_text_rendering_and_user_job_checks() {
 
     let e = fio::check_user_job("[global]\nbs=4k\n\n[j]\n  filename = /etc/passwd\n").unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains("filename") && msg.contains("[j]") && msg.contains("line 5"), "{msg}");
+    assert!(
+        msg.contains("filename") && msg.contains("[j]") && msg.contains("line 5"),
+        "{msg}"
+    );
     for key in ["directory=/tmp", "filename_format=x", "opendir=/"] {
-        assert!(fio::check_user_job(&format!("[a]\n{key}\n")).is_err(), "{key}");
+        assert!(
+            fio::check_user_job(&format!("[a]\n{key}\n")).is_err(),
+            "{key}"
+        );
     }
-    let e = fio::check_user_job("[a]\nioengine=net\n").unwrap_err().to_string();
+    let e = fio::check_user_job("[a]\nioengine=net\n")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("'net'") && e.contains("libaio"), "{e}");
     assert!(fio::check_user_job("[a]\ninclude other.fio\n").is_err());
     assert!(fio::check_user_job("bs=4k\n[a]\n").is_err());
-    let ok = fio::check_user_job("; comment\n[global]\nioengine=io_uring\n[a]\nrw=randread\n").unwrap();
+    let ok =
+        fio::check_user_job("; comment\n[global]\nioengine=io_uring\n[a]\nrw=randread\n").unwrap();
     assert!(ok.text.starts_with("[global]\nfilename={disk}\n"));
     assert_eq!(ok.sections, vec!["global", "a"]);
 }
@@ -165,7 +240,12 @@ fn fio_parse_only_uses_the_host_fio() {
 
 #[test]
 fn presets_exist_with_placeholders() {
-    for name in ["seq-read-1m", "seq-write-1m", "rand-read-4k", "rand-write-4k"] {
+    for name in [
+        "seq-read-1m",
+        "seq-write-1m",
+        "rand-read-4k",
+        "rand-write-4k",
+    ] {
         let p = PRESETS.iter().find(|p| p.name == name).unwrap();
         for ph in ["{disk}", "{runtime}", "{ramp}", "{size}", "iodepth=32"] {
             assert!(p.job.contains(ph), "{name} lacks {ph}");
@@ -178,7 +258,10 @@ fn presets_exist_with_placeholders() {
 #[test]
 fn bonnie_196_seed_lines() {
     let r = bonnie::parse_csv(&fixture("bonnie-1.96-seed-partition.csv")).unwrap();
-    assert_eq!((r.machine.as_str(), r.size.as_str(), r.version.as_str()), ("silence", "8G", "1.96"));
+    assert_eq!(
+        (r.machine.as_str(), r.size.as_str(), r.version.as_str()),
+        ("silence", "8G", "1.96")
+    );
     assert_eq!(r.size_mib, Some(8192.0));
     assert_eq!(r.seq_out_char.value, Value::Number(201.0));
     assert_eq!(r.seq_out_char.cpu_pct, Value::Number(99.0));
@@ -200,7 +283,11 @@ fn bonnie_196_seed_lines() {
     assert_eq!(lvm.seq_out_block.value, Value::Number(55456.0));
     assert_eq!(lvm.latency_us[4], Value::Number(144_000.0));
     let m = bonnie::metrics(&r);
-    let get = |k: &str| m.iter().find(|m| m.key == k).unwrap_or_else(|| panic!("{k}"));
+    let get = |k: &str| {
+        m.iter()
+            .find(|m| m.key == k)
+            .unwrap_or_else(|| panic!("{k}"))
+    };
     assert_eq!(get("seq_out_block_kps").value, Value::Number(36450.0));
     assert_eq!(get("random_seeks_ps").unit, "/sec");
     assert_eq!(get("seq_read_ps").value, Value::TooFast);
@@ -216,13 +303,26 @@ fn bonnie_200_host_capture() {
     let r = bonnie::parse_csv(line).unwrap();
     assert_eq!(r.format, "1.98");
     // Cross-check against the text table bonnie++ printed above the CSV line: "900k  23".
-    let data_row = stdout.lines().find(|l| l.starts_with(&r.machine) && l.contains(&r.size)).unwrap();
+    let data_row = stdout
+        .lines()
+        .find(|l| l.starts_with(&r.machine) && l.contains(&r.size))
+        .unwrap();
     let cols: Vec<&str> = data_row.split_whitespace().collect();
-    assert_eq!(r.seq_out_char.value, Value::Number(cols[2].trim_end_matches('k').parse().unwrap()));
-    assert_eq!(r.seq_out_char.cpu_pct, Value::Number(cols[3].parse().unwrap()));
+    assert_eq!(
+        r.seq_out_char.value,
+        Value::Number(cols[2].trim_end_matches('k').parse().unwrap())
+    );
+    assert_eq!(
+        r.seq_out_char.cpu_pct,
+        Value::Number(cols[3].parse().unwrap())
+    );
     assert_eq!(r.seq_out_block.value, Value::TooFast);
     let q = fixture("bonnie-2.00-host-q.stdout");
-    assert_eq!(q.lines().count(), 1, "-q leaves only the CSV line on stdout");
+    assert_eq!(
+        q.lines().count(),
+        1,
+        "-q leaves only the CSV line on stdout"
+    );
     assert!(bonnie::parse_csv(bonnie::find_csv_line(&q).unwrap()).is_ok());
 }
 
@@ -230,15 +330,24 @@ fn bonnie_200_host_capture() {
 fn bonnie_rejects_bad_lines() {
     let good = fixture("bonnie-1.96-seed-partition.csv");
     assert!(bonnie::parse_csv("").is_err());
-    assert!(bonnie::parse_csv("2.5,x").unwrap_err().to_string().contains("1.98"));
+    assert!(bonnie::parse_csv("2.5,x")
+        .unwrap_err()
+        .to_string()
+        .contains("1.98"));
     assert!(bonnie::parse_csv(&good.replacen(",201,", ",-201,", 1)).is_err());
     assert!(bonnie::parse_csv(&good.replacen(",201,", ",abc,", 1)).is_err());
     assert!(bonnie::parse_csv(&good.replacen("40369us", "40369parsecs", 1)).is_err());
     assert!(bonnie::parse_csv(&good.replacen(",16,", ",16,x,", 1)).is_err());
     let lat_s = good.replacen("40369us", "2s", 1);
-    assert_eq!(bonnie::parse_csv(&lat_s).unwrap().latency_us[0], Value::Number(2_000_000.0));
+    assert_eq!(
+        bonnie::parse_csv(&lat_s).unwrap().latency_us[0],
+        Value::Number(2_000_000.0)
+    );
     let empty = good.replacen(",201,99,", ",,,", 1);
-    assert!(matches!(bonnie::parse_csv(&empty).unwrap().seq_out_char.value, Value::NotAvailable(_)));
+    assert!(matches!(
+        bonnie::parse_csv(&empty).unwrap().seq_out_char.value,
+        Value::NotAvailable(_)
+    ));
     assert_eq!(bonnie::find_csv_line("no csv here\n"), None);
 }
 

@@ -22,7 +22,9 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-const PALETTE: [&str; 8] = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"];
+const PALETTE: [&str; 8] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
+];
 const LABEL_W: f64 = 300.0;
 const PLOT_W: f64 = 420.0;
 const ROW_H: f64 = 22.0;
@@ -38,7 +40,10 @@ fn direction(b: Better) -> &'static str {
 /// The whole page.
 pub fn html(run: &RunRecord) -> String {
     let mut groups = group_by_cell(&run.cells);
-    for (g, t) in groups.iter_mut().zip(super::summary::column_titles(&group_by_cell(&run.cells))) {
+    for (g, t) in groups
+        .iter_mut()
+        .zip(super::summary::column_titles(&group_by_cell(&run.cells)))
+    {
         g.label = t;
     }
     let mut body = String::new();
@@ -52,7 +57,10 @@ pub fn html(run: &RunRecord) -> String {
     body.push_str("<h2>Metrics</h2>");
     let infos = metric_infos(groups.iter().flat_map(|g| g.passed()));
     for info in &infos {
-        if groups.iter().any(|g| g.status_word().is_none() && !matches!(g.agg(&info.key), Agg::Missing)) {
+        if groups
+            .iter()
+            .any(|g| g.status_word().is_none() && !matches!(g.agg(&info.key), Agg::Missing))
+        {
             body.push_str(&bar_chart(info, &groups));
         }
     }
@@ -88,11 +96,20 @@ fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> Stri
 /// A horizontal bar per cell (mean over repeats) with a ±1 sd error bar when n > 1.
 fn bar_chart(info: &MetricInfo, groups: &[CellGroup<'_>]) -> String {
     let aggs: Vec<Agg> = groups.iter().map(|g| g.agg(&info.key)).collect();
-    let max = aggs.iter().filter_map(agg_top).fold(0.0f64, f64::max).max(f64::MIN_POSITIVE);
+    let max = aggs
+        .iter()
+        .filter_map(agg_top)
+        .fold(0.0f64, f64::max)
+        .max(f64::MIN_POSITIVE);
     let mut inner = String::new();
     for (i, (g, agg)) in groups.iter().zip(&aggs).enumerate() {
         let y = 8.0 + i as f64 * ROW_H;
-        let _ = write!(inner, "<text x=\"4\" y=\"{:.1}\">{}</text>", y + 14.0, esc(&g.label));
+        let _ = write!(
+            inner,
+            "<text x=\"4\" y=\"{:.1}\">{}</text>",
+            y + 14.0,
+            esc(&g.label)
+        );
         let text = match (g.status_word(), agg) {
             (Some(w), _) => w.to_string(),
             (None, Agg::Numbers { stats, .. }) => {
@@ -112,10 +129,19 @@ fn bar_chart(info: &MetricInfo, groups: &[CellGroup<'_>]) -> String {
             (None, other) => super::summary::fmt_agg(other, &info.unit, true),
         };
         let tx = LABEL_W + PLOT_W + 8.0;
-        let _ = write!(inner, "<text x=\"{tx}\" y=\"{:.1}\">{}</text>", y + 14.0, esc(&text));
+        let _ = write!(
+            inner,
+            "<text x=\"{tx}\" y=\"{:.1}\">{}</text>",
+            y + 14.0,
+            esc(&text)
+        );
     }
     // The read share checks the job's mix; neither direction is better.
-    let dir = if info.key == "read_share_pct" { "mix check, not a figure of merit" } else { direction(info.better) };
+    let dir = if info.key == "read_share_pct" {
+        "mix check, not a figure of merit"
+    } else {
+        direction(info.better)
+    };
     let caption = format!("{} ({}) — {dir}", info.label, info.unit);
     let h = 16.0 + groups.len() as f64 * ROW_H;
     figure(&info.key, &caption, LABEL_W + PLOT_W + 200.0, h, &inner)
@@ -161,7 +187,11 @@ fn latency_chart(groups: &[CellGroup<'_>]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let max = rows.iter().flat_map(|(_, v)| v.iter().flatten()).fold(0.0f64, |a, b| a.max(*b)).max(f64::MIN_POSITIVE);
+    let max = rows
+        .iter()
+        .flat_map(|(_, v)| v.iter().flatten())
+        .fold(0.0f64, |a, b| a.max(*b))
+        .max(f64::MIN_POSITIVE);
     let bar_h = 12.0;
     let group_h = bar_h * 4.0 + 10.0;
     let mut inner = String::new();
@@ -171,7 +201,12 @@ fn latency_chart(groups: &[CellGroup<'_>]) -> String {
     }
     for (i, (g, vals)) in rows.iter().enumerate() {
         let y0 = 24.0 + i as f64 * group_h;
-        let _ = write!(inner, "<text x=\"4\" y=\"{:.1}\">{}</text>", y0 + group_h / 2.0, esc(&g.label));
+        let _ = write!(
+            inner,
+            "<text x=\"4\" y=\"{:.1}\">{}</text>",
+            y0 + group_h / 2.0,
+            esc(&g.label)
+        );
         for (k, v) in vals.iter().enumerate() {
             let Some(v) = v else { continue };
             let y = y0 + k as f64 * bar_h;
@@ -188,7 +223,13 @@ fn latency_chart(groups: &[CellGroup<'_>]) -> String {
         }
     }
     let h = 30.0 + rows.len() as f64 * group_h;
-    figure("latency", "Latency, mean and p99 (µs) — lower is better", LABEL_W + PLOT_W + 120.0, h, &inner)
+    figure(
+        "latency",
+        "Latency, mean and p99 (µs) — lower is better",
+        LABEL_W + PLOT_W + 120.0,
+        h,
+        &inner,
+    )
 }
 
 /// Mean over passed repeats of a numeric metric.
@@ -201,7 +242,10 @@ fn mean_of(g: &CellGroup<'_>, key: &str) -> Option<f64> {
 
 /// Every series key in the results, sorted.
 fn series_keys(results: &[CellResult]) -> Vec<String> {
-    let mut keys: Vec<String> = results.iter().flat_map(|r| r.samples.keys().cloned()).collect();
+    let mut keys: Vec<String> = results
+        .iter()
+        .flat_map(|r| r.samples.keys().cloned())
+        .collect();
     keys.sort();
     keys.dedup();
     keys
@@ -226,14 +270,24 @@ fn series_meta(key: &str) -> (&'static str, Better) {
 fn series_chart(key: &str, groups: &[CellGroup<'_>]) -> String {
     let lines: Vec<(String, &Vec<f64>)> = groups
         .iter()
-        .flat_map(|g| g.passed().filter_map(move |r| r.samples.get(key).map(|s| (format!("{} #{}", g.label, r.repeat), s))))
+        .flat_map(|g| {
+            g.passed().filter_map(move |r| {
+                r.samples
+                    .get(key)
+                    .map(|s| (format!("{} #{}", g.label, r.repeat), s))
+            })
+        })
         .filter(|(_, s)| s.iter().all(|v| v.is_finite()))
         .collect();
     let (w, h, left, top, bottom) = (PLOT_W + 240.0, 220.0, 70.0, 10.0, 30.0);
     let pw = PLOT_W;
     let ph = h - top - bottom;
     let n = lines.iter().map(|(_, s)| s.len()).max().unwrap_or(0).max(2);
-    let ymax = lines.iter().flat_map(|(_, s)| s.iter()).fold(0.0f64, |a, b| a.max(*b)).max(f64::MIN_POSITIVE);
+    let ymax = lines
+        .iter()
+        .flat_map(|(_, s)| s.iter())
+        .fold(0.0f64, |a, b| a.max(*b))
+        .max(f64::MIN_POSITIVE);
     let (unit, better) = series_meta(key);
     let mut inner = format!(
         "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{:.1}\" stroke=\"#000\"/><line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#000\"/>\
@@ -253,7 +307,13 @@ fn series_chart(key: &str, groups: &[CellGroup<'_>]) -> String {
         let pts: Vec<String> = s
             .iter()
             .enumerate()
-            .map(|(x, v)| format!("{:.1},{:.1}", left + x as f64 / (n - 1) as f64 * pw, top + ph - v / ymax * ph))
+            .map(|(x, v)| {
+                format!(
+                    "{:.1},{:.1}",
+                    left + x as f64 / (n - 1) as f64 * pw,
+                    top + ph - v / ymax * ph
+                )
+            })
             .collect();
         let c = PALETTE[i % PALETTE.len()];
         let _ = write!(
@@ -271,7 +331,9 @@ fn series_chart(key: &str, groups: &[CellGroup<'_>]) -> String {
 
 /// Outcome of every cell.
 fn outcomes_table(groups: &[CellGroup<'_>]) -> String {
-    let mut s = String::from("<h2>Outcomes</h2><table><tr><th>Cell</th><th>Id</th><th>Repeats</th><th>Outcome</th></tr>");
+    let mut s = String::from(
+        "<h2>Outcomes</h2><table><tr><th>Cell</th><th>Id</th><th>Repeats</th><th>Outcome</th></tr>",
+    );
     for g in groups {
         let _ = write!(
             s,
@@ -295,7 +357,18 @@ fn provenance_table(groups: &[CellGroup<'_>]) -> String {
     for g in groups {
         let p = &g.repeats[0].provenance;
         let _ = write!(s, "<tr><td>{}</td>", esc(&g.label));
-        for v in [&p.host, &p.host_kernel, &p.cpu_model, &p.qemu, &p.libvirt, &p.guest_kernel, &p.fio, &p.bonnie, &p.image, &p.vmbench] {
+        for v in [
+            &p.host,
+            &p.host_kernel,
+            &p.cpu_model,
+            &p.qemu,
+            &p.libvirt,
+            &p.guest_kernel,
+            &p.fio,
+            &p.bonnie,
+            &p.image,
+            &p.vmbench,
+        ] {
             let _ = write!(s, "<td>{}</td>", esc(v));
         }
         s.push_str("</tr>");

@@ -50,7 +50,9 @@ fn render(rows: Vec<Vec<String>>, flavour: Flavour) -> String {
 
 /// Keeps cell text from breaking a markdown table.
 fn md_escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('|', "\\|").replace(['\n', '\r'], " ")
+    s.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
 }
 
 /// Footnotes shared by the tables.
@@ -69,23 +71,35 @@ fn footnotes(groups: &[CellGroup<'_>], any_mixed: bool) -> String {
 
 /// The fio table rows (header first), and whether a mixed-too-fast marker was used.
 fn fio_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
-    let groups: Vec<CellGroup<'_>> = group_by_cell(results).into_iter().filter(|g| !is_bonnie(g.repeats[0])).collect();
+    let groups: Vec<CellGroup<'_>> = group_by_cell(results)
+        .into_iter()
+        .filter(|g| !is_bonnie(g.repeats[0]))
+        .collect();
     if groups.is_empty() {
         return None;
     }
     let infos = metric_infos(groups.iter().flat_map(|g| g.passed()));
-    let mut rows = vec![std::iter::once("Metric".to_string()).chain(column_titles(&groups)).collect::<Vec<_>>()];
+    let mut rows = vec![std::iter::once("Metric".to_string())
+        .chain(column_titles(&groups))
+        .collect::<Vec<_>>()];
     let mut mixed = false;
     for info in &infos {
         let mut row = vec![info.label.clone()];
         for g in &groups {
             let agg = g.agg(&info.key);
             mixed |= matches!(agg, Agg::Numbers { too_fast, .. } if too_fast > 0);
-            row.push(g.status_word().map_or_else(|| fmt_agg(&agg, &info.unit, true), String::from));
+            row.push(
+                g.status_word()
+                    .map_or_else(|| fmt_agg(&agg, &info.unit, true), String::from),
+            );
         }
         rows.push(row);
     }
-    rows.push(std::iter::once("Outcome".to_string()).chain(groups.iter().map(|g| g.outcome())).collect());
+    rows.push(
+        std::iter::once("Outcome".to_string())
+            .chain(groups.iter().map(|g| g.outcome()))
+            .collect(),
+    );
     Some((rows, groups, mixed))
 }
 
@@ -97,7 +111,9 @@ pub fn fio_table(results: &[CellResult]) -> String {
 
 fn fio_in(results: &[CellResult], flavour: Flavour) -> String {
     match fio_rows(results) {
-        Some((rows, groups, mixed)) => format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed)),
+        Some((rows, groups, mixed)) => {
+            format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
+        }
         None => String::new(),
     }
 }
@@ -120,7 +136,10 @@ const BONNIE_COLUMNS: [(&str, &str, &str); 12] = [
 
 /// bonnie++ table rows (two header rows first).
 fn bonnie_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
-    let groups: Vec<CellGroup<'_>> = group_by_cell(results).into_iter().filter(|g| is_bonnie(g.repeats[0])).collect();
+    let groups: Vec<CellGroup<'_>> = group_by_cell(results)
+        .into_iter()
+        .filter(|g| is_bonnie(g.repeats[0]))
+        .collect();
     if groups.is_empty() {
         return None;
     }
@@ -151,7 +170,13 @@ fn bonnie_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGrou
 /// A figure as bonnie++ prints it: integers stay integers, fractions keep one decimal
 /// (`118.6` seeks), no thousands separators; `+++` for a too-fast %CP.
 fn bonnie_fmt(agg: &Agg, cpu: bool) -> String {
-    let plain = |v: f64| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") };
+    let plain = |v: f64| {
+        if v.fract() == 0.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.1}")
+        }
+    };
     match agg {
         Agg::Numbers { stats, too_fast } => {
             let mark = if *too_fast > 0 { MIXED_MARK } else { "" };
@@ -184,7 +209,9 @@ pub fn bonnie_table(results: &[CellResult]) -> String {
 
 fn bonnie_in(results: &[CellResult], flavour: Flavour) -> String {
     match bonnie_rows(results) {
-        Some((rows, groups, mixed)) => format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed)),
+        Some((rows, groups, mixed)) => {
+            format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
+        }
         None => String::new(),
     }
 }
@@ -226,9 +253,19 @@ fn csv_with_run(run: &str, results: &[CellResult]) -> String {
     let mut out = String::from("run,cell_id,label,repeat,metric,value,unit,better,outcome\n");
     for r in results {
         let outcome = summary::group_by_cell(std::slice::from_ref(r))[0].outcome();
-        let base = [run.to_string(), r.cell_id.clone(), r.cell.label(), r.repeat.to_string()];
+        let base = [
+            run.to_string(),
+            r.cell_id.clone(),
+            r.cell.label(),
+            r.repeat.to_string(),
+        ];
         if r.metrics.is_empty() {
-            let row: Vec<String> = base.iter().cloned().chain(["", "", "", ""].map(String::from)).chain([outcome.clone()]).collect();
+            let row: Vec<String> = base
+                .iter()
+                .cloned()
+                .chain(["", "", "", ""].map(String::from))
+                .chain([outcome.clone()])
+                .collect();
             push_csv_row(&mut out, &row);
         }
         for m in &r.metrics {
@@ -244,7 +281,13 @@ fn csv_with_run(run: &str, results: &[CellResult]) -> String {
             let row: Vec<String> = base
                 .iter()
                 .cloned()
-                .chain([m.key.clone(), value, m.unit.clone(), better.into(), outcome.clone()])
+                .chain([
+                    m.key.clone(),
+                    value,
+                    m.unit.clone(),
+                    better.into(),
+                    outcome.clone(),
+                ])
                 .collect();
             push_csv_row(&mut out, &row);
         }

@@ -32,7 +32,13 @@ pub fn stats(values: &[f64]) -> Option<Stats> {
     });
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some(Stats { n, mean, stddev, min, max })
+    Some(Stats {
+        n,
+        mean,
+        stddev,
+        min,
+        max,
+    })
 }
 
 /// One metric of one cell over its passed repeats.
@@ -70,7 +76,10 @@ pub struct CellGroup<'a> {
 impl<'a> CellGroup<'a> {
     /// Repeats that passed.
     pub fn passed(&self) -> impl Iterator<Item = &'a CellResult> + '_ {
-        self.repeats.iter().copied().filter(|r| r.outcome == Outcome::Passed)
+        self.repeats
+            .iter()
+            .copied()
+            .filter(|r| r.outcome == Outcome::Passed)
     }
 
     /// The metric `key` aggregated over passed repeats.
@@ -132,7 +141,11 @@ pub fn group_by_cell(results: &[CellResult]) -> Vec<CellGroup<'_>> {
     for r in results {
         match groups.iter_mut().find(|g| g.cell_id == r.cell_id) {
             Some(g) => g.repeats.push(r),
-            None => groups.push(CellGroup { cell_id: r.cell_id.clone(), label: r.cell.label(), repeats: vec![r] }),
+            None => groups.push(CellGroup {
+                cell_id: r.cell_id.clone(),
+                label: r.cell.label(),
+                repeats: vec![r],
+            }),
         }
     }
     groups
@@ -142,10 +155,18 @@ pub fn group_by_cell(results: &[CellResult]) -> Vec<CellGroup<'_>> {
 /// label leaves the workload out, so two workloads of one cell would look alike).
 pub fn column_titles(groups: &[CellGroup<'_>]) -> Vec<String> {
     let first = groups.first().map(|g| &g.repeats[0].cell.workload);
-    let mixed = groups.iter().any(|g| Some(&g.repeats[0].cell.workload) != first);
+    let mixed = groups
+        .iter()
+        .any(|g| Some(&g.repeats[0].cell.workload) != first);
     groups
         .iter()
-        .map(|g| if mixed { format!("{} [{}]", g.label, g.repeats[0].cell.workload) } else { g.label.clone() })
+        .map(|g| {
+            if mixed {
+                format!("{} [{}]", g.label, g.repeats[0].cell.workload)
+            } else {
+                g.label.clone()
+            }
+        })
         .collect()
 }
 
@@ -167,7 +188,12 @@ pub fn metric_infos<'a>(results: impl IntoIterator<Item = &'a CellResult>) -> Ve
     let mut out: Vec<MetricInfo> = Vec::new();
     for m in results.into_iter().flat_map(|r| &r.metrics) {
         if !out.iter().any(|i| i.key == m.key) {
-            out.push(MetricInfo { key: m.key.clone(), label: m.label.clone(), unit: m.unit.clone(), better: m.better });
+            out.push(MetricInfo {
+                key: m.key.clone(),
+                label: m.label.clone(),
+                unit: m.unit.clone(),
+                better: m.better,
+            });
         }
     }
     out
@@ -193,7 +219,9 @@ pub fn fmt_number(v: f64, unit: &str) -> String {
 /// `1234567.8` -> `1,234,567.8`.
 fn group_thousands(s: &str) -> String {
     let (sign, rest) = s.strip_prefix('-').map_or(("", s), |r| ("-", r));
-    let (int, frac) = rest.split_once('.').map_or((rest, None), |(i, f)| (i, Some(f)));
+    let (int, frac) = rest
+        .split_once('.')
+        .map_or((rest, None), |(i, f)| (i, Some(f)));
     let mut out = String::new();
     for (i, c) in int.chars().enumerate() {
         if i > 0 && (int.len() - i) % 3 == 0 {
@@ -227,7 +255,11 @@ pub fn fmt_agg(agg: &Agg, unit: &str, with_units: bool) -> String {
             let mark = if *too_fast > 0 { MIXED_MARK } else { "" };
             let u = if with_units { unit } else { "" };
             match stats.stddev {
-                Some(sd) => format!("{} ± {}{mark}", fmt_number(stats.mean, unit), with_unit(sd, u)),
+                Some(sd) => format!(
+                    "{} ± {}{mark}",
+                    fmt_number(stats.mean, unit),
+                    with_unit(sd, u)
+                ),
                 None => format!("{}{mark}", with_unit(stats.mean, u)),
             }
         }

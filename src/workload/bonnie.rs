@@ -132,9 +132,13 @@ pub fn parse_csv(line: &str) -> Result<BonnieRun, BonnieParseError> {
         });
     }
     let io = layout.io;
-    let rate = |i: usize, name: &'static str, cpu: &'static str| -> Result<Rate, BonnieParseError> {
-        Ok(Rate { value: value(f[i], name)?, cpu_pct: value(f[i + 1], cpu)? })
-    };
+    let rate =
+        |i: usize, name: &'static str, cpu: &'static str| -> Result<Rate, BonnieParseError> {
+            Ok(Rate {
+                value: value(f[i], name)?,
+                cpu_pct: value(f[i + 1], cpu)?,
+            })
+        };
     let fs = io + 12; // num_files
     let ops = fs + 5; // seq create
     let lat = ops + 12;
@@ -178,7 +182,10 @@ fn value(s: &str, field: &'static str) -> Result<Value, BonnieParseError> {
     }
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(Value::Number(v)),
-        _ => Err(BonnieParseError::Number { field, value: s.chars().take(40).collect() }),
+        _ => Err(BonnieParseError::Number {
+            field,
+            value: s.chars().take(40).collect(),
+        }),
     }
 }
 
@@ -191,7 +198,10 @@ fn latency(s: &str, field: &'static str) -> Result<Value, BonnieParseError> {
     if s.chars().all(|c| c == '+') {
         return Ok(Value::TooFast);
     }
-    let bad = || BonnieParseError::Latency { field, value: s.chars().take(40).collect() };
+    let bad = || BonnieParseError::Latency {
+        field,
+        value: s.chars().take(40).collect(),
+    };
     let split = s.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?;
     let (n, unit) = s.split_at(split);
     let scale = match unit {
@@ -216,14 +226,20 @@ fn size_mib(s: &str) -> Option<f64> {
         'T' | 't' => (&s[..s.len() - 1], 1024.0 * 1024.0),
         _ => (s, 1.0),
     };
-    n.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).map(|v| v * scale)
+    n.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| v * scale)
 }
 
 /// The CSV line in bonnie++'s stdout (the last line with a known format and field count).
 pub fn find_csv_line(stdout: &str) -> Option<&str> {
     stdout.lines().rev().map(str::trim).find(|l| {
         let n = l.split(',').count();
-        matches!((l.split(',').next(), n), (Some("1.96" | "1.97"), 48) | (Some("1.98"), 50))
+        matches!(
+            (l.split(',').next(), n),
+            (Some("1.96" | "1.97"), 48) | (Some("1.98"), 50)
+        )
     })
 }
 
@@ -233,14 +249,45 @@ pub fn find_csv_line(stdout: &str) -> Option<&str> {
 pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
     let mut out = Vec::new();
     if let Some(mib) = run.size_mib {
-        out.push(Metric::num("file_size_mib", "File Size", "MiB", Better::Higher, mib));
+        out.push(Metric::num(
+            "file_size_mib",
+            "File Size",
+            "MiB",
+            Better::Higher,
+            mib,
+        ));
     }
     let tests: [(&str, &str, &str, &Rate); 12] = [
-        ("seq_out_char", "Seq Output Per Chr", "K/sec", &run.seq_out_char),
-        ("seq_out_block", "Seq Output Block", "K/sec", &run.seq_out_block),
-        ("seq_out_rewrite", "Seq Output Rewrite", "K/sec", &run.seq_out_rewrite),
-        ("seq_in_char", "Seq Input Per Chr", "K/sec", &run.seq_in_char),
-        ("seq_in_block", "Seq Input Block", "K/sec", &run.seq_in_block),
+        (
+            "seq_out_char",
+            "Seq Output Per Chr",
+            "K/sec",
+            &run.seq_out_char,
+        ),
+        (
+            "seq_out_block",
+            "Seq Output Block",
+            "K/sec",
+            &run.seq_out_block,
+        ),
+        (
+            "seq_out_rewrite",
+            "Seq Output Rewrite",
+            "K/sec",
+            &run.seq_out_rewrite,
+        ),
+        (
+            "seq_in_char",
+            "Seq Input Per Chr",
+            "K/sec",
+            &run.seq_in_char,
+        ),
+        (
+            "seq_in_block",
+            "Seq Input Block",
+            "K/sec",
+            &run.seq_in_block,
+        ),
         ("random_seeks", "Random Seeks", "/sec", &run.random_seeks),
         ("seq_create", "Seq Create", "/sec", &run.seq_create),
         ("seq_read", "Seq Read", "/sec", &run.seq_read),
@@ -251,18 +298,42 @@ pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
     ];
     for (key, label, unit, r) in tests {
         let suffix = if unit == "K/sec" { "kps" } else { "ps" };
-        out.push(metric(&format!("{key}_{suffix}"), label, unit, Better::Higher, &r.value));
-        out.push(metric(&format!("{key}_cpu_pct"), &format!("{label} %CP"), "%", Better::Lower, &r.cpu_pct));
+        out.push(metric(
+            &format!("{key}_{suffix}"),
+            label,
+            unit,
+            Better::Higher,
+            &r.value,
+        ));
+        out.push(metric(
+            &format!("{key}_cpu_pct"),
+            &format!("{label} %CP"),
+            "%",
+            Better::Lower,
+            &r.cpu_pct,
+        ));
     }
     for ((key, label, _, _), v) in tests.iter().zip(&run.latency_us) {
-        out.push(metric(&format!("lat_{key}_us"), &format!("{label} Latency"), "µs", Better::Lower, v));
+        out.push(metric(
+            &format!("lat_{key}_us"),
+            &format!("{label} Latency"),
+            "µs",
+            Better::Lower,
+            v,
+        ));
     }
     out
 }
 
 /// A metric with any [`Value`].
 fn metric(key: &str, label: &str, unit: &str, better: Better, v: &Value) -> Metric {
-    Metric { key: key.into(), label: label.into(), unit: unit.into(), better, value: v.clone() }
+    Metric {
+        key: key.into(),
+        label: label.into(),
+        unit: unit.into(),
+        better,
+        value: v.clone(),
+    }
 }
 
 /// bonnie++ arguments for a full run (all tests; no `-f`) in `dir`: file size twice the guest

@@ -118,7 +118,10 @@ pub fn parse(json: &str) -> Result<FioRun, FioParseError> {
             .and_then(Json::as_str)
             .ok_or_else(|| FioParseError::Missing(format!("jobs[{i}].jobname")))?;
         if let Some(code) = job.get("error").and_then(Json::as_i64).filter(|c| *c != 0) {
-            return Err(FioParseError::JobError { job: name.into(), code });
+            return Err(FioParseError::JobError {
+                job: name.into(),
+                code,
+            });
         }
         run.jobs.push(name.to_string());
         run.usr_cpu_pct += num(job, &format!("jobs[{i}]"), "usr_cpu")?;
@@ -137,7 +140,8 @@ fn find_json(text: &str) -> Result<Json, FioParseError> {
     let mut last_err = None;
     for line in text.split_inclusive('\n') {
         if line.trim_start().starts_with('{') {
-            let mut stream = serde_json::Deserializer::from_str(&text[offset..]).into_iter::<Json>();
+            let mut stream =
+                serde_json::Deserializer::from_str(&text[offset..]).into_iter::<Json>();
             match stream.next() {
                 Some(Ok(v)) if v.is_object() => return Ok(v),
                 Some(Err(e)) => last_err = Some(e),
@@ -152,19 +156,30 @@ fn find_json(text: &str) -> Result<Json, FioParseError> {
 /// A finite, non-negative number at `obj[key]`.
 fn num(obj: &Json, path: &str, key: &str) -> Result<f64, FioParseError> {
     let field = format!("{path}.{key}");
-    let v = obj.get(key).ok_or_else(|| FioParseError::Missing(field.clone()))?;
-    let n = v.as_f64().ok_or_else(|| FioParseError::Missing(field.clone()))?;
+    let v = obj
+        .get(key)
+        .ok_or_else(|| FioParseError::Missing(field.clone()))?;
+    let n = v
+        .as_f64()
+        .ok_or_else(|| FioParseError::Missing(field.clone()))?;
     if !n.is_finite() || n < 0.0 {
-        return Err(FioParseError::Invalid { field, value: v.to_string() });
+        return Err(FioParseError::Invalid {
+            field,
+            value: v.to_string(),
+        });
     }
     Ok(n)
 }
 
 /// One job's direction.
 fn dir_stats(job: &Json, path: &str, key: &str) -> Result<DirStats, FioParseError> {
-    let d = job.get(key).ok_or_else(|| FioParseError::Missing(path.into()))?;
+    let d = job
+        .get(key)
+        .ok_or_else(|| FioParseError::Missing(path.into()))?;
     let total_ios = num(d, path, "total_ios")?;
-    let lat = d.get("lat_ns").ok_or_else(|| FioParseError::Missing(format!("{path}.lat_ns")))?;
+    let lat = d
+        .get("lat_ns")
+        .ok_or_else(|| FioParseError::Missing(format!("{path}.lat_ns")))?;
     let mut s = DirStats {
         iops: num(d, path, "iops")?,
         bw_mib_s: num(d, path, "bw_bytes")? / 1_048_576.0,
@@ -231,12 +246,42 @@ pub fn metrics(run: &FioRun) -> Vec<Metric> {
             value,
         };
         out.push(m("iops", "IOPS", "IOPS", Better::Higher, v(s.iops)));
-        out.push(m("bw_mib_s", "Bandwidth", "MiB/s", Better::Higher, v(s.bw_mib_s)));
-        out.push(m("lat_mean_us", "Latency (avg)", "µs", Better::Lower, v(s.lat_mean_us)));
-        out.push(m("lat_p99_us", "Latency (p99)", "µs", Better::Lower, v(s.lat_p99_us)));
+        out.push(m(
+            "bw_mib_s",
+            "Bandwidth",
+            "MiB/s",
+            Better::Higher,
+            v(s.bw_mib_s),
+        ));
+        out.push(m(
+            "lat_mean_us",
+            "Latency (avg)",
+            "µs",
+            Better::Lower,
+            v(s.lat_mean_us),
+        ));
+        out.push(m(
+            "lat_p99_us",
+            "Latency (p99)",
+            "µs",
+            Better::Lower,
+            v(s.lat_p99_us),
+        ));
     }
-    out.push(Metric::num("guest_usr_cpu_pct", "CPU Usage (usr)", "%", Better::Lower, run.usr_cpu_pct));
-    out.push(Metric::num("guest_sys_cpu_pct", "CPU Usage (sys)", "%", Better::Lower, run.sys_cpu_pct));
+    out.push(Metric::num(
+        "guest_usr_cpu_pct",
+        "CPU Usage (usr)",
+        "%",
+        Better::Lower,
+        run.usr_cpu_pct,
+    ));
+    out.push(Metric::num(
+        "guest_sys_cpu_pct",
+        "CPU Usage (sys)",
+        "%",
+        Better::Lower,
+        run.sys_cpu_pct,
+    ));
     let ios = run.read.total_ios + run.write.total_ios;
     out.push(Metric {
         key: "read_share_pct".into(),
@@ -301,9 +346,12 @@ fn parse_log_line(line: &str) -> Result<LogSample, String> {
         return Err(format!("{} fields", f.len()));
     }
     let int = |i: usize, what: &str| {
-        f[i].parse::<u64>().map_err(|_| format!("{what} '{}' is not a non-negative integer", f[i]))
+        f[i].parse::<u64>()
+            .map_err(|_| format!("{what} '{}' is not a non-negative integer", f[i]))
     };
-    let value: f64 = f[1].parse().map_err(|_| format!("value '{}' is not a number", f[1]))?;
+    let value: f64 = f[1]
+        .parse()
+        .map_err(|_| format!("value '{}' is not a number", f[1]))?;
     if !value.is_finite() || value < 0.0 {
         return Err(format!("value '{}' is not finite and >= 0", f[1]));
     }
@@ -313,7 +361,12 @@ fn parse_log_line(line: &str) -> Result<LogSample, String> {
         2 => Ddir::Trim,
         d => return Err(format!("ddir {d} (valid: 0 read, 1 write, 2 trim)")),
     };
-    Ok(LogSample { msec: int(0, "msec")?, value, ddir, bs: int(3, "bs")? })
+    Ok(LogSample {
+        msec: int(0, "msec")?,
+        value,
+        ddir,
+        bs: int(3, "bs")?,
+    })
 }
 
 /// The log type of a fio log file name (`PREFIX_bw.1.log` -> `bw`).
@@ -324,7 +377,9 @@ fn log_kind(name: &str) -> Option<&'static str> {
         Some((b, n)) if n.chars().all(|c| c.is_ascii_digit()) => b,
         _ => base,
     };
-    ["bw", "iops", "clat", "slat", "lat"].into_iter().find(|k| base.ends_with(&format!("_{k}")))
+    ["bw", "iops", "clat", "slat", "lat"]
+        .into_iter()
+        .find(|k| base.ends_with(&format!("_{k}")))
 }
 
 /// Turns fio per-second logs (file name, contents) into series: `read_iops`, `write_iops`,
@@ -342,7 +397,9 @@ pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64
             Some("lat") => ("lat_mean_us", 1.0 / 1000.0),
             _ => continue,
         };
-        let Ok(samples) = parse_log(text) else { continue };
+        let Ok(samples) = parse_log(text) else {
+            continue;
+        };
         for s in samples {
             let dir = match s.ddir {
                 Ddir::Read => "read",
@@ -351,7 +408,11 @@ pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64
             };
             // log_avg_msec=1000 stamps intervals at ~1000, 2003 ...: round to the second.
             let sec = (s.msec + 500) / 1000;
-            acc.entry(format!("{dir}_{suffix}")).or_default().entry(sec).or_default().push(s.value * scale);
+            acc.entry(format!("{dir}_{suffix}"))
+                .or_default()
+                .entry(sec)
+                .or_default()
+                .push(s.value * scale);
         }
     }
     acc.into_iter()
@@ -386,7 +447,13 @@ pub fn render_preset(job: &str, runtime_s: u32, ramp_s: u32, size: &str) -> Stri
 pub fn log_options(prefix: &str) -> String {
     let p: String = prefix
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_./".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_./".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("write_bw_log={p}\nwrite_iops_log={p}\nwrite_lat_log={p}\nlog_avg_msec=1000\n")
 }
@@ -471,8 +538,9 @@ pub enum JobError {
 }
 
 /// I/O engines that do local I/O on the disk fio is given.
-pub const ALLOWED_ENGINES: &[&str] =
-    &["libaio", "io_uring", "psync", "sync", "pvsync", "pvsync2", "posixaio", "mmap", "null"];
+pub const ALLOWED_ENGINES: &[&str] = &[
+    "libaio", "io_uring", "psync", "sync", "pvsync", "pvsync2", "posixaio", "mmap", "null",
+];
 
 /// Keys that choose fio's target; vmbench sets it.
 const FORBIDDEN_KEYS: &[&str] = &["filename", "directory", "filename_format", "opendir"];
@@ -501,20 +569,29 @@ pub fn check_user_job(text: &str) -> Result<UserJob, JobError> {
                 .strip_prefix('[')
                 .and_then(|r| r.split_once(']'))
                 .map(|(n, _)| n.trim().to_string())
-                .ok_or_else(|| JobError::Malformed { line, text: l.into() })?;
+                .ok_or_else(|| JobError::Malformed {
+                    line,
+                    text: l.into(),
+                })?;
             sections.push(name);
             continue;
         }
         if l == "include" || l.starts_with("include ") || l.starts_with("include\t") {
             return Err(JobError::Include { line });
         }
-        let section = sections.last().ok_or_else(|| JobError::OutsideSection { line, text: l.into() })?;
+        let section = sections.last().ok_or_else(|| JobError::OutsideSection {
+            line,
+            text: l.into(),
+        })?;
         check_option(l, section, line)?;
     }
     if !sections.iter().any(|s| s != "global") {
         return Err(JobError::NoJobs);
     }
-    Ok(UserJob { sections, text: format!("[global]\nfilename={{disk}}\n\n{text}") })
+    Ok(UserJob {
+        sections,
+        text: format!("[global]\nfilename={{disk}}\n\n{text}"),
+    })
 }
 
 /// One `key[=value]` line.
@@ -522,12 +599,20 @@ fn check_option(l: &str, section: &str, line: usize) -> Result<(), JobError> {
     let (key, value) = l.split_once('=').unwrap_or((l, ""));
     let key = key.trim().to_ascii_lowercase();
     if FORBIDDEN_KEYS.contains(&key.as_str()) {
-        return Err(JobError::ForbiddenKey { key, section: section.into(), line });
+        return Err(JobError::ForbiddenKey {
+            key,
+            section: section.into(),
+            line,
+        });
     }
     if key == "ioengine" {
         let engine = value.trim();
         if !ALLOWED_ENGINES.contains(&engine.to_ascii_lowercase().as_str()) {
-            return Err(JobError::Engine { engine: engine.into(), section: section.into(), line });
+            return Err(JobError::Engine {
+                engine: engine.into(),
+                section: section.into(),
+                line,
+            });
         }
     }
     Ok(())
@@ -540,7 +625,10 @@ pub fn parse_only(job_path: &Path) -> Result<(), JobError> {
         .arg("--parse-only")
         .arg(job_path)
         .output()
-        .map_err(|source| JobError::FioNotRunnable { path: path.clone(), source })?;
+        .map_err(|source| JobError::FioNotRunnable {
+            path: path.clone(),
+            source,
+        })?;
     if out.status.success() {
         return Ok(());
     }

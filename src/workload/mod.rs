@@ -54,7 +54,13 @@ macro_rules! qd32_job {
         concat!(
             "[global]\nioengine=libaio\ndirect=1\ntime_based\ngroup_reporting\n",
             "runtime={runtime}\nramp_time={ramp}\nsize={size}\nfilename={disk}\n\n",
-            "[", $name, "]\nbs=", $bs, "\nrw=", $rw, "\niodepth=32\nnumjobs=1\n"
+            "[",
+            $name,
+            "]\nbs=",
+            $bs,
+            "\nrw=",
+            $rw,
+            "\niodepth=32\nnumjobs=1\n"
         )
     };
 }
