@@ -352,6 +352,26 @@ fn bonnie_rejects_bad_lines() {
 }
 
 #[test]
+fn truncated_or_mangled_input_errors_without_panic() {
+    let json = fixture("fio-host-pg-randrw.json");
+    for cut in (0..json.len()).step_by(97) {
+        if json.is_char_boundary(cut) {
+            let _ = fio::parse(&json[..cut]);
+        }
+    }
+    let line = fixture("bonnie-1.96-seed-partition.csv");
+    for cut in 0..line.len() {
+        let _ = bonnie::parse_csv(&line[..cut]);
+        let _ = bonnie::parse_csv(&line.replacen(',', "é", cut % 7));
+    }
+    let log = fixture("fio-host-pg-randrw_bw.1.log");
+    for cut in 0..log.len() {
+        let _ = fio::parse_log(&log[..cut]);
+    }
+    assert!(fio::check_user_job("[a]\n${KEY}=/dev/sda\n").is_err());
+}
+
+#[test]
 fn bonnie_args_get_csv_on_stdout() {
     let a = bonnie::default_args(512, "/mnt/t", 16, "vm");
     let at = |k: &str| a[a.iter().position(|x| x == k).unwrap() + 1].clone();

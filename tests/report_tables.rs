@@ -248,6 +248,24 @@ fn bonnie_table_has_the_seed_columns() {
 }
 
 #[test]
+fn bonnie_files_table_matches_the_seed() {
+    let results = bonnie_results();
+    let rows = cells_of(&report::bonnie_files_table(&results));
+    assert_eq!(rows[0][2], "Seq Create");
+    assert_eq!(rows[1][1], "Files");
+    let seed = fixture("bonnie-1.96-seed-lvm.csv");
+    let f: Vec<&str> = seed.trim().split(',').collect();
+    let lvm = row(&rows, "qemu/lvm/raw");
+    assert_eq!(lvm[1], f[19], "file count");
+    assert_eq!(
+        lvm[2..14],
+        f[24..36],
+        "create/read/delete as bonnie++ printed them"
+    );
+    assert_eq!(lvm[4], "+++++");
+}
+
+#[test]
 fn too_fast_is_never_averaged() {
     let b = WorkloadId::Preset("bonnie".into());
     let c = cell(Backend::Local, Format::Raw, b);

@@ -135,8 +135,12 @@ const BONNIE_COLUMNS: [(&str, &str, &str); 12] = [
 ];
 
 /// bonnie++ table rows (two header rows first).
-fn bonnie_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
-    let groups: Vec<CellGroup<'_>> = group_by_cell(results)
+fn bonnie_rows<'a>(
+    results: &'a [CellResult],
+    columns: &[(&str, &str, &str)],
+    second: (&str, fn(&CellGroup<'_>) -> String),
+) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'a>>, bool)> {
+    let groups: Vec<CellGroup<'a>> = group_by_cell(results)
         .into_iter()
         .filter(|g| is_bonnie(g.repeats[0]))
         .collect();
@@ -144,8 +148,8 @@ fn bonnie_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGrou
         return None;
     }
     let mut head1 = vec!["".to_string(), "".to_string()];
-    let mut head2 = vec!["Cell".to_string(), "Size".to_string()];
-    for (group, _, unit) in BONNIE_COLUMNS {
+    let mut head2 = vec!["Cell".to_string(), second.0.to_string()];
+    for &(group, _, unit) in columns {
         head1.push(group.into());
         head2.push(unit.into());
     }
@@ -154,8 +158,8 @@ fn bonnie_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGrou
     let mut rows = vec![head1, head2];
     let mut mixed = false;
     for (g, title) in groups.iter().zip(column_titles(&groups)) {
-        let mut row = vec![title, bonnie_size(g)];
-        for (_, key, _) in BONNIE_COLUMNS {
+        let mut row = vec![title, (second.1)(g)];
+        for &(_, key, _) in columns {
             let agg = g.agg(key);
             mixed |= matches!(agg, Agg::Numbers { too_fast, .. } if too_fast > 0);
             let text = bonnie_fmt(&agg, key.ends_with("cpu_pct"));
@@ -190,6 +194,14 @@ fn bonnie_fmt(agg: &Agg, cpu: bool) -> String {
     }
 }
 
+/// bonnie++'s `files` column (count in units of 1024), from the `file_count_k` metric.
+fn bonnie_files(g: &CellGroup<'_>) -> String {
+    match g.agg("file_count_k") {
+        Agg::Numbers { stats, .. } => format!("{}", stats.mean),
+        _ => "-".into(),
+    }
+}
+
 /// The file size as bonnie++ prints it (`8G`, `64M`), from the `file_size_mib` metric.
 fn bonnie_size(g: &CellGroup<'_>) -> String {
     match g.agg("file_size_mib") {
@@ -207,8 +219,38 @@ pub fn bonnie_table(results: &[CellResult]) -> String {
     bonnie_in(results, Flavour::Text)
 }
 
+/// bonnie++'s file-operation columns: (group title, metric key, column head).
+const BONNIE_FILE_COLUMNS: [(&str, &str, &str); 12] = [
+    ("Seq Create", "seq_create_ps", "/sec"),
+    ("", "seq_create_cpu_pct", "%CP"),
+    ("Seq Read", "seq_read_ps", "/sec"),
+    ("", "seq_read_cpu_pct", "%CP"),
+    ("Seq Delete", "seq_delete_ps", "/sec"),
+    ("", "seq_delete_cpu_pct", "%CP"),
+    ("Random Create", "random_create_ps", "/sec"),
+    ("", "random_create_cpu_pct", "%CP"),
+    ("Random Read", "random_read_ps", "/sec"),
+    ("", "random_read_cpu_pct", "%CP"),
+    ("Random Delete", "random_delete_ps", "/sec"),
+    ("", "random_delete_cpu_pct", "%CP"),
+];
+
+/// bonnie++'s second table: sequential and random create/read/delete, /sec and %CP.
+pub fn bonnie_files_table(results: &[CellResult]) -> String {
+    bonnie_files_in(results, Flavour::Text)
+}
+
+fn bonnie_files_in(results: &[CellResult], flavour: Flavour) -> String {
+    match bonnie_rows(results, &BONNIE_FILE_COLUMNS, ("Files", bonnie_files)) {
+        Some((rows, groups, mixed)) => {
+            format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
+        }
+        None => String::new(),
+    }
+}
+
 fn bonnie_in(results: &[CellResult], flavour: Flavour) -> String {
-    match bonnie_rows(results) {
+    match bonnie_rows(results, &BONNIE_COLUMNS, ("Size", bonnie_size)) {
         Some((rows, groups, mixed)) => {
             format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
         }
@@ -229,6 +271,8 @@ pub fn markdown(results: &[CellResult]) -> String {
     if !bonnie.is_empty() {
         out.push_str("## bonnie++\n\n");
         out.push_str(&bonnie);
+        out.push('\n');
+        out.push_str(&bonnie_files_in(results, Flavour::Markdown));
         out.push('\n');
     }
     if out.is_empty() {

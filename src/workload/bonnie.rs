@@ -244,8 +244,8 @@ pub fn find_csv_line(stdout: &str) -> Option<&str> {
 }
 
 /// The metrics of a run. Keys: `{test}_kps` (K/sec) for the per-char/block/rewrite tests,
-/// `{test}_ps` (/sec) for seeks and file operations, `{test}_cpu_pct`, `lat_{test}_us`, and
-/// `file_size_mib`.
+/// `{test}_ps` (/sec) for seeks and file operations, `{test}_cpu_pct`, `lat_{test}_us`,
+/// `file_size_mib` and `file_count_k` (bonnie++'s `-n`, in units of 1024 files).
 pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
     let mut out = Vec::new();
     if let Some(mib) = run.size_mib {
@@ -255,6 +255,20 @@ pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
             "MiB",
             Better::Higher,
             mib,
+        ));
+    }
+    let files = run
+        .files
+        .split(':')
+        .next()
+        .and_then(|n| n.parse::<f64>().ok());
+    if let Some(k) = files.filter(|k| k.is_finite() && *k >= 0.0) {
+        out.push(Metric::num(
+            "file_count_k",
+            "File Count",
+            "x1024 files",
+            Better::Higher,
+            k,
         ));
     }
     let tests: [(&str, &str, &str, &Rate); 12] = [

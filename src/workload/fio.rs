@@ -598,7 +598,8 @@ pub fn check_user_job(text: &str) -> Result<UserJob, JobError> {
 fn check_option(l: &str, section: &str, line: usize) -> Result<(), JobError> {
     let (key, value) = l.split_once('=').unwrap_or((l, ""));
     let key = key.trim().to_ascii_lowercase();
-    if FORBIDDEN_KEYS.contains(&key.as_str()) {
+    // `$VAR` is expanded by fio, so a key spelled through the environment cannot be checked.
+    if FORBIDDEN_KEYS.contains(&key.as_str()) || key.contains('$') {
         return Err(JobError::ForbiddenKey {
             key,
             section: section.into(),
