@@ -80,6 +80,22 @@ fn fio_single_job_matches_the_json() {
 }
 
 #[test]
+fn fio_read_only_job_has_no_write_figures() {
+    // The fixture is the seq-read-1m preset as rendered here, run by the host's fio.
+    let job = fio::render_preset(vmbench::workload::SEQ_READ_1M, 2, 0, "64M")
+        .replace("{disk}", "/tmp/pr-fio2/testfile");
+    assert_eq!(job, fixture("fio-host-seq-read-1m.fio"));
+    let run = fio::parse(&fixture("fio-host-seq-read-1m.json")).unwrap();
+    assert_eq!(run.write.total_ios, 0);
+    assert!(run.read.iops > 0.0 && run.read.lat_p99_us > 0.0);
+    let m = fio::metrics(&run);
+    let get = |k: &str| m.iter().find(|m| m.key == k).unwrap().value.clone();
+    assert!(matches!(get("write_lat_mean_us"), Value::NotAvailable(_)));
+    assert!(matches!(get("write_iops"), Value::NotAvailable(_)));
+    assert_eq!(get("read_share_pct"), Value::Number(100.0));
+}
+
+#[test]
 fn fio_jobs_are_aggregated() {
     let run = fio::parse(&fixture("fio-host-2jobs.json")).unwrap();
     let jobs = raw("fio-host-2jobs.json")["jobs"]

@@ -104,12 +104,7 @@ fn bar_chart(info: &MetricInfo, groups: &[CellGroup<'_>]) -> String {
     let mut inner = String::new();
     for (i, (g, agg)) in groups.iter().zip(&aggs).enumerate() {
         let y = 8.0 + i as f64 * ROW_H;
-        let _ = write!(
-            inner,
-            "<text x=\"4\" y=\"{:.1}\">{}</text>",
-            y + 14.0,
-            esc(&g.label)
-        );
+        inner.push_str(&row_label(&g.label, y + 14.0));
         let text = match (g.status_word(), agg) {
             (Some(w), _) => w.to_string(),
             (None, Agg::Numbers { stats, .. }) => {
@@ -145,6 +140,21 @@ fn bar_chart(info: &MetricInfo, groups: &[CellGroup<'_>]) -> String {
     let caption = format!("{} ({}) — {dir}", info.label, info.unit);
     let h = 16.0 + groups.len() as f64 * ROW_H;
     figure(&info.key, &caption, LABEL_W + PLOT_W + 200.0, h, &inner)
+}
+
+/// A cell label left of the bars, shortened to fit (the full label stays in a tooltip).
+fn row_label(label: &str, y: f64) -> String {
+    const MAX: usize = 46;
+    let shown: String = if label.chars().count() > MAX {
+        label.chars().take(MAX - 1).chain(['…']).collect()
+    } else {
+        label.to_string()
+    };
+    format!(
+        "<text x=\"4\" y=\"{y:.1}\"><title>{}</title>{}</text>",
+        esc(label),
+        esc(&shown)
+    )
 }
 
 /// The right end of a bar with its error bar.
@@ -201,12 +211,7 @@ fn latency_chart(groups: &[CellGroup<'_>]) -> String {
     }
     for (i, (g, vals)) in rows.iter().enumerate() {
         let y0 = 24.0 + i as f64 * group_h;
-        let _ = write!(
-            inner,
-            "<text x=\"4\" y=\"{:.1}\">{}</text>",
-            y0 + group_h / 2.0,
-            esc(&g.label)
-        );
+        inner.push_str(&row_label(&g.label, y0 + group_h / 2.0));
         for (k, v) in vals.iter().enumerate() {
             let Some(v) = v else { continue };
             let y = y0 + k as f64 * bar_h;
