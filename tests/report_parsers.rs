@@ -397,3 +397,51 @@ fn bonnie_args_get_csv_on_stdout() {
     assert_eq!(at("-u"), "0:0");
     assert!(a.contains(&"-q".to_string()) && !a.contains(&"-f".to_string()));
 }
+
+/// Every fio JSON fixture (host and, once captured, guest) parses, and its figures agree with
+/// each other: IOPS x block size ~ bandwidth, ios / runtime ~ IOPS.
+#[test]
+fn every_fio_fixture_is_self_consistent() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if !(name.starts_with("fio-") && name.ends_with(".json")) {
+            continue;
+        }
+        seen += 1;
+        let run = fio::parse(&fixture(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let j = raw(&name);
+        let bs_of = |job: &Json| {
+            let bs = job["job options"]["bs"]
+                .as_str()
+                .or(j["global options"]["bs"].as_str())
+                .unwrap_or("4k");
+            let (n, mul) = bs.split_at(bs.len() - 1);
+            n.parse::<f64>().unwrap() * if mul == "m" { 1024.0 } else { 1.0 }
+        };
+        let bs_kib = bs_of(&j["jobs"][0]);
+        for (d, s) in [("read", &run.read), ("write", &run.write)] {
+            if s.total_ios == 0 {
+                continue;
+            }
+            let implied = s.iops * bs_kib / 1024.0;
+            assert!(
+                (s.bw_mib_s / implied - 1.0).abs() < 0.02,
+                "{name} {d}: {} MiB/s vs {implied}",
+                s.bw_mib_s
+            );
+            let per_job_rate = s.total_ios as f64 / (s.runtime_ms as f64 / 1000.0);
+            assert!(
+                per_job_rate <= s.iops * 1.05
+                    && per_job_rate * run.jobs.len() as f64 >= s.iops * 0.95,
+                "{name} {d}"
+            );
+            assert!(
+                s.lat_p50_us <= s.lat_p99_us && s.lat_p99_us <= s.lat_p999_us,
+                "{name} {d}"
+            );
+        }
+    }
+    assert!(seen >= 3, "fixtures found: {seen}");
+}
