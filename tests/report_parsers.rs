@@ -445,3 +445,40 @@ fn every_fio_fixture_is_self_consistent() {
     }
     assert!(seen >= 3, "fixtures found: {seen}");
 }
+
+/// Captured inside the vmbench guest by the agent (copied from the agent-image worktree).
+#[test]
+fn guest_captures_parse() {
+    let run = fio::parse(&fixture("fio-guest-pg-randrw.json")).unwrap();
+    let j = raw("fio-guest-pg-randrw.json");
+    let reads: f64 = j["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["read"]["iops"].as_f64().unwrap())
+        .sum();
+    assert!(close(run.read.iops, reads));
+    let share = fio::metrics(&run)
+        .iter()
+        .find(|m| m.key == "read_share_pct")
+        .unwrap()
+        .value
+        .number()
+        .unwrap();
+    assert!(
+        (60.0..80.0).contains(&share),
+        "guest 70/30 mix gave {share}% reads"
+    );
+
+    let line = fixture("bonnie-guest-xfs.csv");
+    let f: Vec<&str> = line.trim().split(',').collect();
+    let b = bonnie::parse_csv(bonnie::find_csv_line(&line).unwrap()).unwrap();
+    assert_eq!(
+        (b.format.as_str(), b.machine.as_str(), b.size.as_str()),
+        ("1.98", f[2], f[5])
+    );
+    assert_eq!(b.seq_out_char.value, Value::Number(f[9].parse().unwrap()));
+    assert_eq!(b.seq_out_block.value, Value::TooFast);
+    let lat0: f64 = f[38].trim_end_matches("us").parse().unwrap();
+    assert_eq!(b.latency_us[0], Value::Number(lat0));
+}

@@ -98,6 +98,13 @@ fn fio_results() -> Vec<CellResult> {
             Outcome::Failed("tgtd: login refused".into()),
             vec![],
         ),
+        // Captured in the vmbench guest (TCG) by the agent.
+        result(
+            cell(Backend::Block, Format::Raw, pg()),
+            0,
+            Outcome::Passed,
+            fio_metrics("fio-guest-pg-randrw.json"),
+        ),
     ]
 }
 
@@ -167,6 +174,17 @@ fn fio_table_has_the_seed_layout_and_right_figures() {
     }
     assert_eq!(row(&rows, "Outcome")[iscsi], "failed: tgtd: login refused");
     assert_eq!(row(&rows, "Outcome")[local], "passed x2");
+    let guest = col("qemu/block/raw");
+    let g = raw_sum("fio-guest-pg-randrw.json", "read", "iops");
+    assert_eq!(
+        row(&rows, "Read IOPS")[guest],
+        summary::with_unit(g, "IOPS")
+    );
+    let gs = raw_sum("fio-guest-pg-randrw.json", "write", "iops");
+    assert_eq!(
+        row(&rows, "Write IOPS")[guest],
+        summary::with_unit(gs, "IOPS")
+    );
     assert!(t.contains("mean ± sample standard deviation"));
 }
 
