@@ -1,1 +1,666 @@
 //! fio: job text, and parsing of fio JSON output.
+//!
+//! The parser reads fio 3.x's `--output-format=json` document (the one the guest agent ships
+//! back), aggregates the jobs in it, and turns the result into [`Metric`]s. Everything that comes
+//! from fio is untrusted: a missing field, a negative or non-finite number is an error, never a
+//! panic and never a silent zero.
+
+use crate::results::{Better, Metric, Value};
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Why fio output could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FioParseError {
+    /// No line of the text starts a JSON object.
+    #[error("no JSON object found in fio output (expected fio --output-format=json)")]
+    NoJson,
+    /// A `{` was found but what follows is not valid JSON.
+    #[error("fio output is not valid JSON")]
+    Json(#[source] serde_json::Error),
+    /// A field fio always writes is absent or has the wrong type.
+    #[error("fio JSON: missing or non-numeric field '{0}'")]
+    Missing(String),
+    /// A number that cannot be a measurement (negative, NaN, infinite).
+    #[error("fio JSON: field '{field}' has invalid value {value} (must be finite and >= 0)")]
+    Invalid {
+        /// JSON path of the field.
+        field: String,
+        /// What was there.
+        value: String,
+    },
+    /// The `jobs` array is empty.
+    #[error("fio JSON: 'jobs' is empty")]
+    NoJobs,
+    /// A job reported an error code.
+    #[error("fio job '{job}' reported error {code}")]
+    JobError {
+        /// Job name.
+        job: String,
+        /// fio's error number (an errno).
+        code: i64,
+    },
+    /// A per-second log line that is not `msec, value, ddir, bs, offset[, prio]`.
+    #[error("fio log line {line}: {problem} in '{text}' (expected 'msec, value, ddir, bs, offset[, prio]')")]
+    Log {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        problem: String,
+        /// The line.
+        text: String,
+    },
+}
+
+/// One direction's (read or write) figures, aggregated over jobs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DirStats {
+    /// I/O operations per second.
+    pub iops: f64,
+    /// Bandwidth in MiB/s (fio's `bw_bytes` / 2^20).
+    pub bw_mib_s: f64,
+    /// Mean total latency (submission + completion, fio's `lat_ns`), in µs.
+    pub lat_mean_us: f64,
+    /// Median completion latency (`clat_ns` percentile 50), in µs.
+    pub lat_p50_us: f64,
+    /// 99th percentile completion latency (`clat_ns` percentile 99), in µs.
+    pub lat_p99_us: f64,
+    /// 99.9th percentile completion latency (`clat_ns` percentile 99.9), in µs.
+    pub lat_p999_us: f64,
+    /// I/Os completed.
+    pub total_ios: u64,
+    /// Longest job runtime, in ms.
+    pub runtime_ms: u64,
+}
+
+/// A parsed fio run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FioRun {
+    /// `fio version`, e.g. `fio-3.33`.
+    pub fio_version: String,
+    /// Job names, in fio's order (one per job instance when numjobs > 1 without group_reporting).
+    pub jobs: Vec<String>,
+    /// Reads.
+    pub read: DirStats,
+    /// Writes.
+    pub write: DirStats,
+    /// User CPU, % of one CPU, summed over jobs.
+    pub usr_cpu_pct: f64,
+    /// System CPU, % of one CPU, summed over jobs.
+    pub sys_cpu_pct: f64,
+}
+
+/// Parses fio's JSON output. Leading noise lines (fio prints warnings such as `fio: ...` to the
+/// same stream) are skipped: the document starts at the first line that begins with `{`.
+pub fn parse(json: &str) -> Result<FioRun, FioParseError> {
+    let doc = find_json(json)?;
+    let jobs = doc
+        .get("jobs")
+        .and_then(Json::as_array)
+        .ok_or_else(|| FioParseError::Missing("jobs".into()))?;
+    if jobs.is_empty() {
+        return Err(FioParseError::NoJobs);
+    }
+    let mut run = FioRun {
+        fio_version: doc
+            .get("fio version")
+            .and_then(Json::as_str)
+            .ok_or_else(|| FioParseError::Missing("fio version".into()))?
+            .to_string(),
+        ..FioRun::default()
+    };
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let name = job
+            .get("jobname")
+            .and_then(Json::as_str)
+            .ok_or_else(|| FioParseError::Missing(format!("jobs[{i}].jobname")))?;
+        if let Some(code) = job.get("error").and_then(Json::as_i64).filter(|c| *c != 0) {
+            return Err(FioParseError::JobError {
+                job: name.into(),
+                code,
+            });
+        }
+        run.jobs.push(name.to_string());
+        run.usr_cpu_pct += num(job, &format!("jobs[{i}]"), "usr_cpu")?;
+        run.sys_cpu_pct += num(job, &format!("jobs[{i}]"), "sys_cpu")?;
+        reads.push(dir_stats(job, &format!("jobs[{i}].read"), "read")?);
+        writes.push(dir_stats(job, &format!("jobs[{i}].write"), "write")?);
+    }
+    run.read = aggregate(&reads);
+    run.write = aggregate(&writes);
+    Ok(run)
+}
+
+/// Finds the first JSON object that starts a line and parses it (trailing text is ignored).
+fn find_json(text: &str) -> Result<Json, FioParseError> {
+    let mut offset = 0;
+    let mut last_err = None;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with('{') {
+            let mut stream =
+                serde_json::Deserializer::from_str(&text[offset..]).into_iter::<Json>();
+            match stream.next() {
+                Some(Ok(v)) if v.is_object() => return Ok(v),
+                Some(Err(e)) => last_err = Some(e),
+                _ => {}
+            }
+        }
+        offset += line.len();
+    }
+    Err(last_err.map_or(FioParseError::NoJson, FioParseError::Json))
+}
+
+/// A finite, non-negative number at `obj[key]`.
+fn num(obj: &Json, path: &str, key: &str) -> Result<f64, FioParseError> {
+    let field = format!("{path}.{key}");
+    let v = obj
+        .get(key)
+        .ok_or_else(|| FioParseError::Missing(field.clone()))?;
+    let n = v
+        .as_f64()
+        .ok_or_else(|| FioParseError::Missing(field.clone()))?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(FioParseError::Invalid {
+            field,
+            value: v.to_string(),
+        });
+    }
+    Ok(n)
+}
+
+/// One job's direction.
+fn dir_stats(job: &Json, path: &str, key: &str) -> Result<DirStats, FioParseError> {
+    let d = job
+        .get(key)
+        .ok_or_else(|| FioParseError::Missing(path.into()))?;
+    let total_ios = num(d, path, "total_ios")?;
+    let lat = d
+        .get("lat_ns")
+        .ok_or_else(|| FioParseError::Missing(format!("{path}.lat_ns")))?;
+    let mut s = DirStats {
+        iops: num(d, path, "iops")?,
+        bw_mib_s: num(d, path, "bw_bytes")? / 1_048_576.0,
+        lat_mean_us: num(lat, &format!("{path}.lat_ns"), "mean")? / 1000.0,
+        total_ios: total_ios as u64,
+        runtime_ms: num(d, path, "runtime")? as u64,
+        ..DirStats::default()
+    };
+    // fio leaves out the percentile table of a direction that did no I/O.
+    if s.total_ios > 0 {
+        let pp = format!("{path}.clat_ns.percentile");
+        let pct = d
+            .get("clat_ns")
+            .and_then(|c| c.get("percentile"))
+            .ok_or_else(|| FioParseError::Missing(pp.clone()))?;
+        s.lat_p50_us = num(pct, &pp, "50.000000")? / 1000.0;
+        s.lat_p99_us = num(pct, &pp, "99.000000")? / 1000.0;
+        s.lat_p999_us = num(pct, &pp, "99.900000")? / 1000.0;
+    }
+    Ok(s)
+}
+
+/// Sums rates and counts over jobs; weights latencies by each job's I/O count. Percentiles of
+/// several jobs cannot be merged exactly from fio's summary, so the ios-weighted mean of the jobs'
+/// percentiles is an approximation (exact for one job or with group_reporting).
+fn aggregate(parts: &[DirStats]) -> DirStats {
+    let mut out = DirStats::default();
+    for p in parts {
+        out.iops += p.iops;
+        out.bw_mib_s += p.bw_mib_s;
+        out.total_ios += p.total_ios;
+        out.runtime_ms = out.runtime_ms.max(p.runtime_ms);
+    }
+    if out.total_ios == 0 {
+        return out;
+    }
+    let w = |f: fn(&DirStats) -> f64| {
+        parts.iter().map(|p| f(p) * p.total_ios as f64).sum::<f64>() / out.total_ios as f64
+    };
+    out.lat_mean_us = w(|p| p.lat_mean_us);
+    out.lat_p50_us = w(|p| p.lat_p50_us);
+    out.lat_p99_us = w(|p| p.lat_p99_us);
+    out.lat_p999_us = w(|p| p.lat_p999_us);
+    out
+}
+
+/// The metrics of a run, labelled as in the seed table. A direction without I/O gives
+/// `NotAvailable` metrics rather than zeros, so a read-only job does not show a 0 µs write latency.
+pub fn metrics(run: &FioRun) -> Vec<Metric> {
+    let mut out = Vec::new();
+    for (dir, name, s) in [("read", "Read", &run.read), ("write", "Write", &run.write)] {
+        let v = |x: f64| {
+            if s.total_ios > 0 {
+                Value::Number(x)
+            } else {
+                Value::NotAvailable(format!("no {dir}s in this job"))
+            }
+        };
+        let m = |key: &str, label: &str, unit: &str, better, value| Metric {
+            key: format!("{dir}_{key}"),
+            label: format!("{name} {label}"),
+            unit: unit.into(),
+            better,
+            value,
+        };
+        out.push(m("iops", "IOPS", "IOPS", Better::Higher, v(s.iops)));
+        out.push(m(
+            "bw_mib_s",
+            "Bandwidth",
+            "MiB/s",
+            Better::Higher,
+            v(s.bw_mib_s),
+        ));
+        out.push(m(
+            "lat_mean_us",
+            "Latency (avg)",
+            "µs",
+            Better::Lower,
+            v(s.lat_mean_us),
+        ));
+        out.push(m(
+            "lat_p99_us",
+            "Latency (p99)",
+            "µs",
+            Better::Lower,
+            v(s.lat_p99_us),
+        ));
+    }
+    out.push(Metric::num(
+        "guest_usr_cpu_pct",
+        "CPU Usage (usr)",
+        "%",
+        Better::Lower,
+        run.usr_cpu_pct,
+    ));
+    out.push(Metric::num(
+        "guest_sys_cpu_pct",
+        "CPU Usage (sys)",
+        "%",
+        Better::Lower,
+        run.sys_cpu_pct,
+    ));
+    let ios = run.read.total_ios + run.write.total_ios;
+    out.push(Metric {
+        key: "read_share_pct".into(),
+        label: "Read Share (of I/Os)".into(),
+        unit: "%".into(),
+        // Not a figure of merit: it checks the mix (70 for pg-randrw). `Higher` is nominal.
+        better: Better::Higher,
+        value: if ios > 0 {
+            Value::Number(100.0 * run.read.total_ios as f64 / ios as f64)
+        } else {
+            Value::NotAvailable("no I/O".into())
+        },
+    });
+    out
+}
+
+/// fio's data direction of a log sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ddir {
+    /// 0.
+    Read,
+    /// 1.
+    Write,
+    /// 2.
+    Trim,
+}
+
+/// One line of a fio per-interval log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogSample {
+    /// End of the interval, ms since the job started.
+    pub msec: u64,
+    /// The value, in the log type's unit (bw: KiB/s, iops: count/s, lat/clat/slat: ns).
+    pub value: f64,
+    /// Direction.
+    pub ddir: Ddir,
+    /// Block size (0 in averaged logs).
+    pub bs: u64,
+}
+
+/// Parses a fio log (`write_bw_log`, `write_iops_log`, `write_lat_log` files). Blank lines are
+/// skipped; anything else that is not `msec, value, ddir, bs, offset[, prio]` is an error.
+pub fn parse_log(text: &str) -> Result<Vec<LogSample>, FioParseError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(parse_log_line(line).map_err(|problem| FioParseError::Log {
+            line: i + 1,
+            problem,
+            text: line.chars().take(120).collect(),
+        })?);
+    }
+    Ok(out)
+}
+
+/// One log line.
+fn parse_log_line(line: &str) -> Result<LogSample, String> {
+    let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    if !(5..=6).contains(&f.len()) {
+        return Err(format!("{} fields", f.len()));
+    }
+    let int = |i: usize, what: &str| {
+        f[i].parse::<u64>()
+            .map_err(|_| format!("{what} '{}' is not a non-negative integer", f[i]))
+    };
+    let value: f64 = f[1]
+        .parse()
+        .map_err(|_| format!("value '{}' is not a number", f[1]))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("value '{}' is not finite and >= 0", f[1]));
+    }
+    let ddir = match int(2, "ddir")? {
+        0 => Ddir::Read,
+        1 => Ddir::Write,
+        2 => Ddir::Trim,
+        d => return Err(format!("ddir {d} (valid: 0 read, 1 write, 2 trim)")),
+    };
+    Ok(LogSample {
+        msec: int(0, "msec")?,
+        value,
+        ddir,
+        bs: int(3, "bs")?,
+    })
+}
+
+/// The log type of a fio log file name (`PREFIX_bw.1.log` -> `bw`).
+fn log_kind(name: &str) -> Option<&'static str> {
+    let base = name.rsplit('/').next()?.strip_suffix(".log")?;
+    // Per-job logs carry a `.N` job index; merged ones may not.
+    let base = match base.rsplit_once('.') {
+        Some((b, n)) if n.chars().all(|c| c.is_ascii_digit()) => b,
+        _ => base,
+    };
+    ["bw", "iops", "clat", "slat", "lat"]
+        .into_iter()
+        .find(|k| base.ends_with(&format!("_{k}")))
+}
+
+/// Turns fio per-second logs (file name, contents) into series: `read_iops`, `write_iops`,
+/// `read_bw_mib_s`, `write_bw_mib_s` (KiB/s / 1024), `read_lat_mean_us`, `write_lat_mean_us`
+/// (the `_lat` log, total latency, ns / 1000). Several jobs' logs are merged per second: rates
+/// summed, latencies averaged. Files of other types (clat, slat) or that do not parse are left
+/// out, so one damaged log costs its series, not the cell.
+pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64>> {
+    // series -> second -> values from each job
+    let mut acc: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    for (name, text) in files {
+        let (suffix, scale) = match log_kind(name) {
+            Some("bw") => ("bw_mib_s", 1.0 / 1024.0),
+            Some("iops") => ("iops", 1.0),
+            Some("lat") => ("lat_mean_us", 1.0 / 1000.0),
+            _ => continue,
+        };
+        let Ok(samples) = parse_log(text) else {
+            continue;
+        };
+        for s in samples {
+            let dir = match s.ddir {
+                Ddir::Read => "read",
+                Ddir::Write => "write",
+                Ddir::Trim => continue,
+            };
+            // log_avg_msec=1000 stamps intervals at ~1000, 2003 ...: round to the second.
+            let sec = (s.msec + 500) / 1000;
+            acc.entry(format!("{dir}_{suffix}"))
+                .or_default()
+                .entry(sec)
+                .or_default()
+                .push(s.value * scale);
+        }
+    }
+    acc.into_iter()
+        .map(|(key, by_sec)| {
+            let is_lat = key.ends_with("lat_mean_us");
+            let series = by_sec
+                .into_values()
+                .map(|v| {
+                    let sum: f64 = v.iter().sum();
+                    if is_lat {
+                        sum / v.len() as f64
+                    } else {
+                        sum
+                    }
+                })
+                .collect();
+            (key, series)
+        })
+        .collect()
+}
+
+/// Fills a preset's `{runtime}`, `{ramp}` and `{size}`; `{disk}` is left for the agent, which
+/// alone knows the guest device name.
+pub fn render_preset(job: &str, runtime_s: u32, ramp_s: u32, size: &str) -> String {
+    job.replace("{runtime}", &runtime_s.to_string())
+        .replace("{ramp}", &ramp_s.to_string())
+        .replace("{size}", size)
+}
+
+/// The `[global]` lines that make fio write per-second bandwidth, IOPS and latency logs named
+/// `PREFIX_{bw,iops,lat,clat,slat}.N.log`. Characters that could break the job file are replaced.
+pub fn log_options(prefix: &str) -> String {
+    let p: String = prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_./".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("write_bw_log={p}\nwrite_iops_log={p}\nwrite_lat_log={p}\nlog_avg_msec=1000\n")
+}
+
+/// A job text with [`log_options`] added to its first `[global]` section (or a new one on top).
+pub fn with_log_options(job: &str, prefix: &str) -> String {
+    let opts = log_options(prefix);
+    match job.find("[global]\n") {
+        Some(i) => {
+            let at = i + "[global]\n".len();
+            format!("{}{opts}{}", &job[..at], &job[at..])
+        }
+        None => format!("[global]\n{opts}\n{job}"),
+    }
+}
+
+/// Why a user job file is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// A key that would point fio somewhere other than the disk under test.
+    #[error("line {line}: key '{key}' in section [{section}] is not allowed: vmbench points the job at the disk under test (remove filename, directory, filename_format, opendir)")]
+    ForbiddenKey {
+        /// The key.
+        key: String,
+        /// Section name.
+        section: String,
+        /// 1-based line.
+        line: usize,
+    },
+    /// An I/O engine that is not local block I/O.
+    #[error("line {line}: ioengine '{engine}' in section [{section}] is not allowed (valid: {})", ALLOWED_ENGINES.join(", "))]
+    Engine {
+        /// The engine.
+        engine: String,
+        /// Section name.
+        section: String,
+        /// 1-based line.
+        line: usize,
+    },
+    /// An option before any `[section]`.
+    #[error("line {line}: '{text}' comes before any [section]")]
+    OutsideSection {
+        /// 1-based line.
+        line: usize,
+        /// The line.
+        text: String,
+    },
+    /// `include` pulls in files vmbench has not checked.
+    #[error("line {line}: 'include' is not allowed (put the options in the job file)")]
+    Include {
+        /// 1-based line.
+        line: usize,
+    },
+    /// A `[` line without its `]`.
+    #[error("line {line}: malformed section header '{text}'")]
+    Malformed {
+        /// 1-based line.
+        line: usize,
+        /// The line.
+        text: String,
+    },
+    /// The file has no job section.
+    #[error("job file has no job section (only [global] or nothing)")]
+    NoJobs,
+    /// `fio` could not be started or the file could not be read.
+    #[error("cannot run 'fio --parse-only {path}'")]
+    FioNotRunnable {
+        /// The job file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// fio rejected the file.
+    #[error("fio rejected job file {path}: {message}")]
+    FioRejected {
+        /// The job file.
+        path: String,
+        /// fio's own message.
+        message: String,
+    },
+}
+
+/// I/O engines that do local I/O on the disk fio is given.
+pub const ALLOWED_ENGINES: &[&str] = &[
+    "libaio", "io_uring", "psync", "sync", "pvsync", "pvsync2", "posixaio", "mmap", "null",
+];
+
+/// Keys that choose fio's target; vmbench sets it.
+const FORBIDDEN_KEYS: &[&str] = &["filename", "directory", "filename_format", "opendir"];
+
+/// A checked user job file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserJob {
+    /// Section names, in order (including `global`).
+    pub sections: Vec<String>,
+    /// The job text to run, with `filename={disk}` in a leading `[global]`.
+    pub text: String,
+}
+
+/// Checks a user fio job file and points it at `{disk}`. The new `[global]` goes on top because
+/// fio applies a global section only to the jobs after it; later `[global]`s add to it.
+pub fn check_user_job(text: &str) -> Result<UserJob, JobError> {
+    let mut sections = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let l = raw.trim();
+        if l.is_empty() || l.starts_with(';') || l.starts_with('#') {
+            continue;
+        }
+        if l.starts_with('[') {
+            let name = l
+                .strip_prefix('[')
+                .and_then(|r| r.split_once(']'))
+                .map(|(n, _)| n.trim().to_string())
+                .ok_or_else(|| JobError::Malformed {
+                    line,
+                    text: l.into(),
+                })?;
+            sections.push(name);
+            continue;
+        }
+        if l == "include" || l.starts_with("include ") || l.starts_with("include\t") {
+            return Err(JobError::Include { line });
+        }
+        let section = sections.last().ok_or_else(|| JobError::OutsideSection {
+            line,
+            text: l.into(),
+        })?;
+        check_option(l, section, line)?;
+    }
+    if !sections.iter().any(|s| s != "global") {
+        return Err(JobError::NoJobs);
+    }
+    Ok(UserJob {
+        sections,
+        text: format!("[global]\nfilename={{disk}}\n\n{text}"),
+    })
+}
+
+/// One `key[=value]` line.
+fn check_option(l: &str, section: &str, line: usize) -> Result<(), JobError> {
+    let (key, value) = l.split_once('=').unwrap_or((l, ""));
+    let key = key.trim().to_ascii_lowercase();
+    // `$VAR` is expanded by fio, so a key spelled through the environment cannot be checked.
+    if FORBIDDEN_KEYS.contains(&key.as_str()) || key.contains('$') {
+        return Err(JobError::ForbiddenKey {
+            key,
+            section: section.into(),
+            line,
+        });
+    }
+    if key == "ioengine" {
+        let engine = value.trim();
+        if !ALLOWED_ENGINES.contains(&engine.to_ascii_lowercase().as_str()) {
+            return Err(JobError::Engine {
+                engine: engine.into(),
+                section: section.into(),
+                line,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs the host's `fio --parse-only FILE`; fio's message is kept when it refuses.
+pub fn parse_only(job_path: &Path) -> Result<(), JobError> {
+    let path = job_path.display().to_string();
+    let out = std::process::Command::new("fio")
+        .arg("--parse-only")
+        .arg(job_path)
+        .output()
+        .map_err(|source| JobError::FioNotRunnable {
+            path: path.clone(),
+            source,
+        })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let mut message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !stdout.trim().is_empty() {
+        message = format!("{message} {}", stdout.trim()).trim().to_string();
+    }
+    if message.is_empty() {
+        message = format!("exit status {}", out.status);
+    }
+    Err(JobError::FioRejected { path, message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_kind_from_names() {
+        assert_eq!(log_kind("x/pg_bw.1.log"), Some("bw"));
+        assert_eq!(log_kind("pg_clat.2.log"), Some("clat"));
+        assert_eq!(log_kind("pg_lat.log"), Some("lat"));
+        assert_eq!(log_kind("pg_iops.1.log"), Some("iops"));
+        assert_eq!(log_kind("pg.json"), None);
+    }
+
+    #[test]
+    fn log_options_cannot_inject_lines() {
+        let o = log_options("a\nfilename=/etc/passwd");
+        assert_eq!(o.lines().count(), 4, "{o}");
+        assert!(!o.contains("\nfilename"));
+    }
+}

@@ -48,25 +48,81 @@ iodepth=16
 numjobs=1
 ";
 
+/// Builds a single-job fio preset at iodepth 32 with PG_RANDRW's placeholders.
+macro_rules! qd32_job {
+    ($name:literal, $rw:literal, $bs:literal) => {
+        concat!(
+            "[global]\nioengine=libaio\ndirect=1\ntime_based\ngroup_reporting\n",
+            "runtime={runtime}\nramp_time={ramp}\nsize={size}\nfilename={disk}\n\n",
+            "[",
+            $name,
+            "]\nbs=",
+            $bs,
+            "\nrw=",
+            $rw,
+            "\niodepth=32\nnumjobs=1\n"
+        )
+    };
+}
+
+/// Sequential 1 MiB reads, iodepth 32: streaming read bandwidth.
+pub const SEQ_READ_1M: &str = qd32_job!("seq-read-1m", "read", "1m");
+/// Sequential 1 MiB writes, iodepth 32: streaming write bandwidth.
+pub const SEQ_WRITE_1M: &str = qd32_job!("seq-write-1m", "write", "1m");
+/// Random 4 KiB reads, iodepth 32: read IOPS.
+pub const RAND_READ_4K: &str = qd32_job!("rand-read-4k", "randread", "4k");
+/// Random 4 KiB writes, iodepth 32: write IOPS.
+pub const RAND_WRITE_4K: &str = qd32_job!("rand-write-4k", "randwrite", "4k");
+
 /// Every preset.
-pub const PRESETS: &[Preset] = &[Preset {
-    name: "pg-randrw",
-    about: "the seed's reference job: 8k random 70/30 read/write, libaio, iodepth 16",
-    engine: Engine::Fio,
-    job: PG_RANDRW,
-}, Preset {
-    name: "bonnie",
-    about: "bonnie++ full run (per-char included) on ext4, file size 2x guest RAM",
-    engine: Engine::Bonnie,
-    job: "",
-}];
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "pg-randrw",
+        about: "the seed's reference job: 8k random 70/30 read/write, libaio, iodepth 16",
+        engine: Engine::Fio,
+        job: PG_RANDRW,
+    },
+    Preset {
+        name: "seq-read-1m",
+        about: "sequential 1 MiB reads, libaio, iodepth 32",
+        engine: Engine::Fio,
+        job: SEQ_READ_1M,
+    },
+    Preset {
+        name: "seq-write-1m",
+        about: "sequential 1 MiB writes, libaio, iodepth 32",
+        engine: Engine::Fio,
+        job: SEQ_WRITE_1M,
+    },
+    Preset {
+        name: "rand-read-4k",
+        about: "random 4 KiB reads, libaio, iodepth 32",
+        engine: Engine::Fio,
+        job: RAND_READ_4K,
+    },
+    Preset {
+        name: "rand-write-4k",
+        about: "random 4 KiB writes, libaio, iodepth 32",
+        engine: Engine::Fio,
+        job: RAND_WRITE_4K,
+    },
+    Preset {
+        name: "bonnie",
+        about: "bonnie++ full run on a filesystem (file size twice the guest RAM)",
+        engine: Engine::Bonnie,
+        job: "",
+    },
+];
+
+/// The preset with this name.
+pub fn preset(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name)
+}
 
 /// The engine a workload runs (a job file is always fio).
 pub fn engine_of(w: &crate::cell::WorkloadId) -> Engine {
     match w {
-        crate::cell::WorkloadId::Preset(name) => {
-            PRESETS.iter().find(|p| p.name == name).map(|p| p.engine).unwrap_or(Engine::Fio)
-        }
+        crate::cell::WorkloadId::Preset(name) => preset(name).map(|p| p.engine).unwrap_or(Engine::Fio),
         crate::cell::WorkloadId::FioFile(_) => Engine::Fio,
     }
 }

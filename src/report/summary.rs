@@ -1,0 +1,295 @@
+//! Aggregation over the repeats of a cell: mean, sample standard deviation, n, min, max.
+//! bonnie++'s `+++++` (too fast) is never averaged: a cell whose repeats are all too fast stays
+//! too fast; with a mix, the numbers of the measured repeats are summarised and flagged.
+
+use crate::results::{Better, CellResult, Outcome, Value};
+
+/// Statistics of a set of numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// How many.
+    pub n: usize,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Sample standard deviation (n - 1); `None` for one value.
+    pub stddev: Option<f64>,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Mean, sample stddev, min, max of `values`; `None` when empty.
+pub fn stats(values: &[f64]) -> Option<Stats> {
+    let n = values.len();
+    if n == 0 {
+        return None;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let stddev = (n > 1).then(|| {
+        let ss: f64 = values.iter().map(|v| (v - mean).powi(2)).sum();
+        (ss / (n - 1) as f64).sqrt()
+    });
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(Stats {
+        n,
+        mean,
+        stddev,
+        min,
+        max,
+    })
+}
+
+/// One metric of one cell over its passed repeats.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Agg {
+    /// Numbers; `too_fast` repeats were `+++++` and are not in the statistics.
+    Numbers {
+        /// Statistics of the numeric repeats.
+        stats: Stats,
+        /// Repeats that were too fast to measure.
+        too_fast: usize,
+    },
+    /// Every repeat was too fast to measure.
+    TooFast {
+        /// Repeats.
+        n: usize,
+    },
+    /// Not available, with the (first) reason.
+    NotAvailable(String),
+    /// No passed repeat has this metric.
+    Missing,
+}
+
+/// The repeats of one cell, in run order.
+#[derive(Debug, Clone)]
+pub struct CellGroup<'a> {
+    /// `cell.id()`.
+    pub cell_id: String,
+    /// `cell.label()`.
+    pub label: String,
+    /// Every repeat, passed or not.
+    pub repeats: Vec<&'a CellResult>,
+}
+
+impl<'a> CellGroup<'a> {
+    /// Repeats that passed.
+    pub fn passed(&self) -> impl Iterator<Item = &'a CellResult> + '_ {
+        self.repeats
+            .iter()
+            .copied()
+            .filter(|r| r.outcome == Outcome::Passed)
+    }
+
+    /// The metric `key` aggregated over passed repeats.
+    pub fn agg(&self, key: &str) -> Agg {
+        let mut nums = Vec::new();
+        let mut too_fast = 0;
+        let mut na = None;
+        for m in self.passed().filter_map(|r| r.metric(key)) {
+            match &m.value {
+                Value::Number(v) => nums.push(*v),
+                Value::TooFast => too_fast += 1,
+                Value::NotAvailable(why) => na = na.or(Some(why.clone())),
+            }
+        }
+        match (stats(&nums), too_fast, na) {
+            (Some(stats), _, _) => Agg::Numbers { stats, too_fast },
+            (None, n, _) if n > 0 => Agg::TooFast { n },
+            (None, _, Some(why)) => Agg::NotAvailable(why),
+            _ => Agg::Missing,
+        }
+    }
+
+    /// One line on how the cell ended: `passed`, `passed x3`, `failed: REASON`,
+    /// `2/3 passed; failed: REASON`, `unsupported: REASON`, `skipped: REASON`.
+    pub fn outcome(&self) -> String {
+        let n = self.repeats.len();
+        let ok = self.passed().count();
+        let bad = self.repeats.iter().find_map(|r| match &r.outcome {
+            Outcome::Passed => None,
+            Outcome::Failed(w) => Some(format!("failed: {w}")),
+            Outcome::Unsupported(w) => Some(format!("unsupported: {w}")),
+            Outcome::Skipped(w) => Some(format!("skipped: {w}")),
+        });
+        match (ok, bad) {
+            (_, None) if n == 1 => "passed".into(),
+            (_, None) => format!("passed x{n}"),
+            (0, Some(b)) => b,
+            (ok, Some(b)) => format!("{ok}/{n} passed; {b}"),
+        }
+    }
+
+    /// A short word for metric cells of a cell without passed repeats.
+    pub fn status_word(&self) -> Option<&'static str> {
+        if self.passed().next().is_some() {
+            return None;
+        }
+        self.repeats.first().map(|r| match r.outcome {
+            Outcome::Passed => "passed",
+            Outcome::Failed(_) => "(failed)",
+            Outcome::Unsupported(_) => "(unsupported)",
+            Outcome::Skipped(_) => "(skipped)",
+        })
+    }
+}
+
+/// Groups results by cell id, in order of first appearance.
+pub fn group_by_cell(results: &[CellResult]) -> Vec<CellGroup<'_>> {
+    let mut groups: Vec<CellGroup<'_>> = Vec::new();
+    for r in results {
+        match groups.iter_mut().find(|g| g.cell_id == r.cell_id) {
+            Some(g) => g.repeats.push(r),
+            None => groups.push(CellGroup {
+                cell_id: r.cell_id.clone(),
+                label: r.cell.label(),
+                repeats: vec![r],
+            }),
+        }
+    }
+    groups
+}
+
+/// Titles for groups: the cell label, plus the workload when the groups mix workloads (the
+/// label leaves the workload out, so two workloads of one cell would look alike).
+pub fn column_titles(groups: &[CellGroup<'_>]) -> Vec<String> {
+    let first = groups.first().map(|g| &g.repeats[0].cell.workload);
+    let mixed = groups
+        .iter()
+        .any(|g| Some(&g.repeats[0].cell.workload) != first);
+    groups
+        .iter()
+        .map(|g| {
+            if mixed {
+                format!("{} [{}]", g.label, g.repeats[0].cell.workload)
+            } else {
+                g.label.clone()
+            }
+        })
+        .collect()
+}
+
+/// A metric's identity across cells: key, label, unit, direction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricInfo {
+    /// Key.
+    pub key: String,
+    /// Label.
+    pub label: String,
+    /// Unit.
+    pub unit: String,
+    /// Direction.
+    pub better: Better,
+}
+
+/// Every metric key in `results`, in order of first appearance.
+pub fn metric_infos<'a>(results: impl IntoIterator<Item = &'a CellResult>) -> Vec<MetricInfo> {
+    let mut out: Vec<MetricInfo> = Vec::new();
+    for m in results.into_iter().flat_map(|r| &r.metrics) {
+        if !out.iter().any(|i| i.key == m.key) {
+            out.push(MetricInfo {
+                key: m.key.clone(),
+                label: m.label.clone(),
+                unit: m.unit.clone(),
+                better: m.better,
+            });
+        }
+    }
+    out
+}
+
+/// A number for a reader: thousands separators from 1,000, fewer decimals for bigger numbers
+/// (percentages keep two, as in the seed's "4.71%").
+pub fn fmt_number(v: f64, unit: &str) -> String {
+    let a = v.abs();
+    let decimals = if unit == "%" {
+        2
+    } else if a >= 100.0 {
+        0
+    } else if a >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let s = format!("{v:.decimals$}");
+    group_thousands(&s)
+}
+
+/// `1234567.8` -> `1,234,567.8`.
+fn group_thousands(s: &str) -> String {
+    let (sign, rest) = s.strip_prefix('-').map_or(("", s), |r| ("-", r));
+    let (int, frac) = rest
+        .split_once('.')
+        .map_or((rest, None), |(i, f)| (i, Some(f)));
+    let mut out = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{out}.{f}"),
+        None => format!("{sign}{out}"),
+    }
+}
+
+/// A value with its unit: `7,757 IOPS`, `4.71%`.
+pub fn with_unit(v: f64, unit: &str) -> String {
+    let n = fmt_number(v, unit);
+    match unit {
+        "" => n,
+        "%" => format!("{n}%"),
+        u => format!("{n} {u}"),
+    }
+}
+
+/// Marker after a mean that leaves out `+++++` repeats.
+pub const MIXED_MARK: &str = "*";
+
+/// An aggregate as table text: `mean unit` or `mean ± sd unit`, `+++++`, `n/a (why)`, `-`.
+pub fn fmt_agg(agg: &Agg, unit: &str, with_units: bool) -> String {
+    match agg {
+        Agg::Numbers { stats, too_fast } => {
+            let mark = if *too_fast > 0 { MIXED_MARK } else { "" };
+            let u = if with_units { unit } else { "" };
+            match stats.stddev {
+                Some(sd) => format!(
+                    "{} ± {}{mark}",
+                    fmt_number(stats.mean, unit),
+                    with_unit(sd, u)
+                ),
+                None => format!("{}{mark}", with_unit(stats.mean, u)),
+            }
+        }
+        Agg::TooFast { .. } => "+++++".into(),
+        Agg::NotAvailable(why) => format!("n/a ({why})"),
+        Agg::Missing => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_stddev() {
+        let s = stats(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap();
+        assert_eq!(s.mean, 5.0);
+        assert!((s.stddev.unwrap() - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!((s.min, s.max, s.n), (2.0, 9.0, 8));
+        assert_eq!(stats(&[3.0]).unwrap().stddev, None);
+        assert!(stats(&[]).is_none());
+    }
+
+    #[test]
+    fn numbers_read_like_the_seed() {
+        assert_eq!(with_unit(14189.2, "µs"), "14,189 µs");
+        assert_eq!(with_unit(6.3, "MiB/s"), "6.30 MiB/s");
+        assert_eq!(with_unit(60.64, "MiB/s"), "60.6 MiB/s");
+        assert_eq!(with_unit(4.712, "%"), "4.71%");
+        assert_eq!(with_unit(1234567.0, "K/sec"), "1,234,567 K/sec");
+        assert_eq!(with_unit(-1500.0, ""), "-1,500");
+    }
+}
