@@ -126,6 +126,9 @@ pub struct MatrixArgs {
     /// Measure on first allocation: skip the prefill pass.
     #[arg(long)]
     pub no_prefill: bool,
+    /// bonnie++ -n: files to create, in thousands. [default: 16]
+    #[arg(long)]
+    pub bonnie_files: Option<u32>,
     /// Guest vCPUs. [default: 2]
     #[arg(long)]
     pub vcpus: Option<u32>,
@@ -368,6 +371,7 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     scalar!(size, size);
     scalar!(disk_mib, disk_mib);
     scalar!(vcpus, vcpus);
+    scalar!(bonnie_files, bonnie_files);
     scalar!(memory, memory_mib);
     scalar!(boot_timeout, boot_timeout);
     if a.no_prefill {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL};
+use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL, TEST_MOUNTPOINT};
 
 /// Set by SIGINT/SIGTERM; every wait in a cell also waits on it.
 #[derive(Default)]
@@ -266,7 +266,7 @@ impl WorkPlan {
                         log_prefix: None,
                     });
                 }
-                let job_text = format!("{}\n{}", job, fio::log_options(LOG_PREFIX));
+                let job_text = fio::with_log_options(&job, LOG_PREFIX);
                 vec![
                     Step::DropCaches,
                     Step::Fio { job_text, args: vec![], output_name: "fio.json".into(), log_prefix: Some(LOG_PREFIX.into()) },
@@ -277,7 +277,10 @@ impl WorkPlan {
                 disk_bytes = disk_bytes.max((cfg.memory_mib * 3) << 20);
                 vec![
                     Step::DropCaches,
-                    Step::Bonnie { args: bonnie::default_args(cfg.memory_mib), output_name: "bonnie.txt".into() },
+                    Step::Bonnie {
+                        args: bonnie::default_args(cfg.memory_mib, TEST_MOUNTPOINT, cfg.bonnie_files, "vmbench"),
+                        output_name: "bonnie.txt".into(),
+                    },
                 ]
             }
         };

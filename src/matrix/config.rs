@@ -43,6 +43,8 @@ pub struct MatrixConfig {
     /// Write the test area once before measuring, so qcow2 and thin volumes are not measured on
     /// first allocation. Default true.
     pub prefill: bool,
+    /// bonnie++ `-n`: files to create, in thousands. Default 16 (bonnie++'s own default).
+    pub bonnie_files: u32,
     /// Guest vCPUs. Default 2.
     pub vcpus: u32,
     /// Guest memory in MiB. Default 512.
@@ -107,6 +109,7 @@ impl Default for MatrixConfig {
             size: "200M".into(),
             disk_mib: 1024,
             prefill: true,
+            bonnie_files: 16,
             vcpus: 2,
             memory_mib: 512,
             boot_timeout: 60,

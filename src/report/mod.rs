@@ -354,3 +354,20 @@ fn push_csv_row(out: &mut String, fields: &[String]) {
     out.push_str(&quoted.join(","));
     out.push('\n');
 }
+
+/// The terminal report of a run: the fio table (metrics as rows, cells as columns) for fio cells,
+/// and bonnie++'s tables (one row per cell) for bonnie++ cells, each only when such cells exist.
+pub fn text(results: &[CellResult]) -> String {
+    let (bonnie, fio): (Vec<CellResult>, Vec<CellResult>) = results.iter().cloned().partition(is_bonnie);
+    let mut parts = Vec::new();
+    if !fio.is_empty() {
+        parts.push(fio_table(&fio));
+    }
+    if !bonnie.is_empty() {
+        parts.push(bonnie_table(&bonnie));
+        parts.push(bonnie_files_table(&bonnie));
+    }
+    parts.join("\n\n")
+}
+
+pub use html::html;
