@@ -248,6 +248,14 @@ pub fn run_tag() -> String {
     format!("{}-{secs}", std::process::id())
 }
 
+/// [`run_tag`] plus a process-wide counter: unique across backends and runs, for file and
+/// volume names (two backends in the same second must not pick the same name).
+pub fn unique_tag() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("{}-{n}", run_tag())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

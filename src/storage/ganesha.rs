@@ -180,7 +180,9 @@ impl Drop for Ganesha {
 
 /// The ganesha configuration: loopback only, NFSv3+4, one RW export without root squash.
 /// NLM and RQUOTA are off: QEMU's libnfs uses neither, and rquotad's fixed port 875 would
-/// collide with a second server.
+/// collide with a second server. `Attr_Expiration_Time = 0`: teardown deletes images from the
+/// host side, behind ganesha's back; with its attribute cache a later CREATE of the same name
+/// fails with NFS3ERR_STALE (seen).
 fn config_text(export_dir: &Path) -> String {
     let p = export_dir.display();
     format!(
@@ -204,6 +206,7 @@ EXPORT {{
     Protocols = 3, 4;
     Transports = TCP;
     SecType = sys;
+    Attr_Expiration_Time = 0;
     CLIENT {{
         Clients = 127.0.0.1;
         Access_Type = RW;
@@ -341,6 +344,7 @@ mod tests {
         assert!(c.contains("Path = \"/var/tmp/run/export\";"));
         assert!(c.contains("Pseudo = \"/var/tmp/run/export\";"));
         assert!(c.contains("Name = VFS;"));
+        assert!(c.contains("Attr_Expiration_Time = 0;"));
     }
 
     #[test]

@@ -75,7 +75,6 @@ pub struct LocalBackend {
     prealloc: Prealloc,
     /// Images created and not yet removed (teardown removes them all).
     created: Vec<PathBuf>,
-    seq: u32,
 }
 
 impl LocalBackend {
@@ -85,7 +84,6 @@ impl LocalBackend {
             dir,
             prealloc,
             created: Vec::new(),
-            seq: 0,
         }
     }
 
@@ -187,8 +185,12 @@ impl StorageBackend for LocalBackend {
     ) -> Result<ProvisionedDisk, StorageError> {
         self.check()?;
         self.ensure_dir()?;
-        self.seq += 1;
-        let name = format!("{}-{}.{}", cell.id(), self.seq, cell.format.as_str());
+        let name = format!(
+            "vmbench-{}-{}.{}",
+            cmd::unique_tag(),
+            cell.id(),
+            cell.format.as_str()
+        );
         let path = self.dir.join(name);
         let argv = plan_qemu_img_create(&path, cell.format, self.prealloc, size_bytes);
         // Recorded before running: a half-written file is removed by teardown too.

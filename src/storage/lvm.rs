@@ -135,8 +135,6 @@ pub struct LvmBackend {
     thin_pool: Option<String>,
     /// LVs created and not yet removed.
     created: Vec<String>,
-    seq: u32,
-    tag: String,
 }
 
 impl LvmBackend {
@@ -147,15 +145,12 @@ impl LvmBackend {
             vg,
             thin_pool,
             created: Vec::new(),
-            seq: 0,
-            tag: cmd::run_tag(),
         }
     }
 
     /// The LV name for the next cell: run-unique, so leftovers of a killed run never clash.
     fn next_lv_name(&mut self) -> String {
-        self.seq += 1;
-        format!("vmbench-{}-{}", self.tag, self.seq)
+        format!("vmbench-{}", cmd::unique_tag())
     }
 
     fn validate(&self) -> Result<(), StorageError> {

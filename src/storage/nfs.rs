@@ -165,8 +165,6 @@ struct Created {
 pub struct NfsBackend {
     mode: NfsMode,
     created: Vec<Created>,
-    seq: u32,
-    tag: String,
 }
 
 impl NfsBackend {
@@ -174,8 +172,6 @@ impl NfsBackend {
         NfsBackend {
             mode,
             created: Vec::new(),
-            seq: 0,
-            tag: cmd::run_tag(),
         }
     }
 
@@ -200,11 +196,9 @@ impl NfsBackend {
     }
 
     fn image_name(&mut self, cell: &Cell) -> String {
-        self.seq += 1;
         format!(
-            "vmbench-{}-{}-{}.{}",
-            self.tag,
-            self.seq,
+            "vmbench-{}-{}.{}",
+            cmd::unique_tag(),
             cell.id(),
             cell.format.as_str()
         )
