@@ -198,7 +198,11 @@ impl std::str::FromStr for WorkloadId {
                 let mut valid: Vec<&'static str> =
                     crate::workload::PRESETS.iter().map(|p| p.name).collect();
                 valid.push("file:PATH");
-                UnknownValue { what: "workload", got: s.to_string(), valid }
+                UnknownValue {
+                    what: "workload",
+                    got: s.to_string(),
+                    valid,
+                }
             })
     }
 }
@@ -286,7 +290,13 @@ fn workload_slug(w: &WorkloadId) -> String {
             let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("job");
             let safe: String = stem
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
             format!("file-{safe}")
         }
@@ -315,7 +325,10 @@ mod tests {
     #[test]
     fn unknown_value_lists_the_valid_ones() {
         let e = "vmware".parse::<Hypervisor>().unwrap_err();
-        assert_eq!(e.to_string(), "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)");
+        assert_eq!(
+            e.to_string(),
+            "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)"
+        );
         let e = "pg".parse::<WorkloadId>().unwrap_err();
         assert!(e.to_string().contains("pg-randrw"), "{e}");
         assert!(e.to_string().contains("file:PATH"), "{e}");
@@ -342,7 +355,14 @@ mod tests {
             workload: WorkloadId::FioFile("/x/my job<1>.fio".into()),
         };
         let id = c.id();
-        assert!(id.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_'), "{id}");
-        assert_eq!(id, "qemu-local-qcow2-virtio-blk-none-iouring-raw-file-my_job_1_");
+        assert!(
+            id.chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_'),
+            "{id}"
+        );
+        assert_eq!(
+            id,
+            "qemu-local-qcow2-virtio-blk-none-iouring-raw-file-my_job_1_"
+        );
     }
 }

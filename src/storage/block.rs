@@ -319,13 +319,21 @@ mod tests {
 
     impl Loop {
         fn new(bytes: u64) -> Loop {
+            Self::with_flags(bytes, &[])
+        }
+
+        /// `-P` makes the kernel scan partitions, so `loopNp1` nodes appear.
+        fn with_flags(bytes: u64, flags: &[&str]) -> Loop {
             let file = tempfile::Builder::new()
                 .prefix("vmbench-loop")
                 .tempfile_in("/var/tmp")
                 .unwrap();
             file.as_file().set_len(bytes).unwrap();
-            let out =
-                cmd::run("losetup", &["-f", "--show", &file.path().to_string_lossy()]).unwrap();
+            let path = file.path().to_string_lossy().into_owned();
+            let mut args = vec!["-f", "--show"];
+            args.extend_from_slice(flags);
+            args.push(&path);
+            let out = cmd::run("losetup", &args).unwrap();
             Loop {
                 dev: PathBuf::from(out.trim()),
                 _file: file,
@@ -384,10 +392,59 @@ mod tests {
         }
         let e = BlockBackend::new(lo.dev.clone(), true, true)
             .check()
-            .unwrap_err()
-            .0;
+            .err()
+            .map(|u| u.0)
+            .unwrap_or_default();
+        // Unmount before asserting, so a failure does not leave the mount (and the loop device).
         let _ = cmd::run("umount", &[mp.as_str()]);
         assert!(e.contains("is mounted on"), "{e}");
+    }
+
+    #[test]
+    fn partitions_count_as_signature_and_as_mounts() {
+        if !cmd::available("parted", "--version") {
+            eprintln!("parted is not installed: partition rules not exercised");
+            return;
+        }
+        let lo = Loop::with_flags(64 << 20, &["-P"]);
+        let dev = lo.dev.to_string_lossy().into_owned();
+        cmd::run(
+            "parted",
+            &["-s", &dev, "mklabel", "gpt", "mkpart", "p1", "1MiB", "100%"],
+        )
+        .unwrap();
+        let part = PathBuf::from(format!("{dev}p1"));
+        let e = BlockBackend::new(lo.dev.clone(), true, false)
+            .check()
+            .unwrap_err()
+            .0;
+        assert!(e.contains("PTTYPE=gpt"), "{e}");
+        let e = BlockBackend::new(part.clone(), true, true)
+            .check()
+            .unwrap_err()
+            .0;
+        assert!(e.contains("is a partition; give the whole device"), "{e}");
+        cmd::run(
+            "mke2fs",
+            &["-q", "-F", "-t", "ext4", &part.to_string_lossy()],
+        )
+        .unwrap();
+        let mnt = tempfile::Builder::new()
+            .prefix("vmbench-mnt")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let mp = mnt.path().to_string_lossy().into_owned();
+        if cmd::run("mount", &[&part.to_string_lossy(), mp.as_str()]).is_err() {
+            return;
+        }
+        let e = BlockBackend::new(lo.dev.clone(), true, true)
+            .check()
+            .err()
+            .map(|u| u.0)
+            .unwrap_or_default();
+        // Unmount before asserting, so a failure does not leave the mount (and the loop device).
+        let _ = cmd::run("umount", &[mp.as_str()]);
+        assert!(e.contains(&format!("{}p1 is mounted on {mp}", dev)), "{e}");
     }
 
     #[test]

@@ -330,7 +330,11 @@ mod tests {
     #[test]
     fn round_trip_through_decoder_in_small_pieces() {
         let a = encode(&hello()).unwrap();
-        let b = encode(&GuestMsg::Heartbeat { job: Some(7), uptime_ms: 5 }).unwrap();
+        let b = encode(&GuestMsg::Heartbeat {
+            job: Some(7),
+            uptime_ms: 5,
+        })
+        .unwrap();
         let stream = [a, b].concat();
         let mut d = LineDecoder::new();
         let mut frames = Vec::new();
@@ -342,7 +346,10 @@ mod tests {
         assert_eq!(decode::<GuestMsg>(&frames[0]).unwrap(), hello());
         assert_eq!(
             decode::<GuestMsg>(&frames[1]).unwrap(),
-            GuestMsg::Heartbeat { job: Some(7), uptime_ms: 5 }
+            GuestMsg::Heartbeat {
+                job: Some(7),
+                uptime_ms: 5
+            }
         );
     }
 
@@ -352,7 +359,10 @@ mod tests {
         let big = vec![b'x'; MAX_FRAME / 2];
         assert!(d.push(&big).is_ok());
         assert_eq!(d.push(&big), Err(FrameError::Oversized { max: MAX_FRAME }));
-        assert!(d.buf.capacity() < MAX_FRAME, "decoder kept the oversized bytes");
+        assert!(
+            d.buf.capacity() < MAX_FRAME,
+            "decoder kept the oversized bytes"
+        );
         // Poisoned: even a valid frame afterwards is refused.
         assert!(d.push(b"{}\n").is_err());
     }
@@ -374,7 +384,10 @@ mod tests {
 
     #[test]
     fn non_utf8_and_unknown_messages_are_errors() {
-        assert!(matches!(decode::<GuestMsg>(&[0xff, 0xfe]), Err(FrameError::NotUtf8(_))));
+        assert!(matches!(
+            decode::<GuestMsg>(&[0xff, 0xfe]),
+            Err(FrameError::NotUtf8(_))
+        ));
         assert!(matches!(
             decode::<GuestMsg>(br#"{"type":"launch_missiles"}"#),
             Err(FrameError::Invalid(_))
@@ -393,7 +406,13 @@ mod tests {
         assert_eq!(chunks.concat(), text);
         // The worst case for escaping still fits in one frame.
         let worst = "\u{1}".repeat(BLOB_CHUNK);
-        let msg = GuestMsg::Blob { job: 1, name: "x".into(), seq: 0, last: true, data: worst };
+        let msg = GuestMsg::Blob {
+            job: 1,
+            name: "x".into(),
+            seq: 0,
+            last: true,
+            data: worst,
+        };
         assert!(encode(&msg).is_ok());
     }
 
@@ -404,7 +423,9 @@ mod tests {
             disk_serial: TEST_DISK_SERIAL.into(),
             steps: vec![
                 Step::DropCaches,
-                Step::Mkfs { fs: Filesystem::Ext4 },
+                Step::Mkfs {
+                    fs: Filesystem::Ext4,
+                },
                 Step::Fio {
                     job_text: "[x]\nfilename={disk}\n".into(),
                     args: vec![],
