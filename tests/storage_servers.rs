@@ -60,6 +60,19 @@ fn listens_only_on_loopback(port: u16) -> bool {
     !locals.is_empty() && locals.iter().all(loopback)
 }
 
+/// Live processes named `comm` whose parent is this test process: what a test leaves behind.
+fn our_children_named(comm: &str) -> Vec<u32> {
+    let me = std::process::id().to_string();
+    cmd::pids_named(comm)
+        .into_iter()
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+            after.split_whitespace().nth(1) == Some(me.as_str())
+        })
+        .collect()
+}
+
 #[test]
 fn ganesha_embedded_and_external_nfs() {
     let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -88,6 +101,12 @@ fn ganesha_embedded_and_external_nfs() {
     g.stop();
     assert!(!cmd::pid_alive(pid), "ganesha {pid} still runs after stop");
     assert!(!cmd::pids_named("ganesha.nfsd").contains(&pid));
+    assert_eq!(our_children_named("ganesha.nfsd"), Vec::<u32>::new());
+    assert_eq!(our_children_named("rpcbind"), Vec::<u32>::new());
+    let left: Vec<_> = std::fs::read_dir(work.path().join("export"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "files left in the export: {left:?}");
     if we_started_rpcbind {
         assert!(
             cmd::pids_named("rpcbind").is_empty(),
@@ -176,6 +195,7 @@ fn tgt_embedded_and_external_iscsi() {
     let t = Arc::new(Tgt::start(work.path()).expect("tgtd starts"));
     let pid = t.pid();
     assert!(cmd::pids_named("tgtd").contains(&pid));
+    assert!(our_children_named("tgtd").contains(&pid));
     assert!(listens_only_on_loopback(t.portal_port()));
 
     // A second tgtd at the same time gets its own portal and control ports.
@@ -236,6 +256,7 @@ fn tgt_embedded_and_external_iscsi() {
     t.stop();
     t.stop();
     assert!(!cmd::pid_alive(pid), "tgtd {pid} still runs after stop");
+    assert_eq!(our_children_named("tgtd"), Vec::<u32>::new());
     assert!(!Path::new(&format!("/var/run/tgtd/socket.{}", t.control_port())).exists());
 }
 
@@ -341,4 +362,48 @@ fn block_raw_on_a_loop_device() {
     drop(guard);
     let list = cmd::run("losetup", &["-j", &file.to_string_lossy()]).unwrap();
     assert!(list.trim().is_empty(), "loop device left: {list}");
+}
+
+/// With an rpcbind already running (someone else's), ganesha uses it and leaves it running.
+#[test]
+fn ganesha_leaves_a_foreign_rpcbind_alone() {
+    let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    struct Foreign(Option<std::process::Child>);
+    impl Drop for Foreign {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                cmd::terminate(c, std::time::Duration::from_secs(5));
+            }
+        }
+    }
+    let foreign = if cmd::pids_named("rpcbind").is_empty() {
+        let c = std::process::Command::new("rpcbind")
+            .args(["-f", "-w"])
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !cmd::loopback_port_answers(111) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Foreign(Some(c))
+    } else {
+        Foreign(None)
+    };
+    let before = cmd::pids_named("rpcbind");
+    let work = work_dir("vmbench-nfs-rpc");
+    let g = Ganesha::start(work.path()).expect("ganesha starts");
+    assert!(!g.started_rpcbind());
+    let url = g.url_for("probe.raw");
+    cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url, "1M"]).unwrap();
+    assert_eq!(qemu_info(&url), ("raw".to_string(), MIB));
+    std::fs::remove_file(g.export_dir().join("probe.raw")).unwrap();
+    let pid = g.pid();
+    drop(g);
+    assert!(!cmd::pid_alive(pid), "ganesha {pid} survives its drop");
+    assert_eq!(
+        cmd::pids_named("rpcbind"),
+        before,
+        "the foreign rpcbind was touched"
+    );
+    drop(foreign);
 }
