@@ -95,6 +95,7 @@ fn ganesha_embedded_and_external_nfs() {
 
     embedded_images(&g);
     external_image(&g);
+    half_failed_external(&g);
 
     let g = Arc::try_unwrap(g).expect("backends dropped their handles");
     g.stop();
@@ -189,6 +190,19 @@ fn external_image(g: &Arc<Ganesha>) {
     std::fs::remove_file(on_server).unwrap();
 }
 
+/// A provision that fails (no such export on the server) leaves nothing and tears down cleanly.
+fn half_failed_external(g: &Arc<Ganesha>) {
+    let url = format!("nfs://127.0.0.1{}/missing", g.export_path());
+    let mut b = NfsBackend::external(&url).unwrap();
+    let e = b
+        .provision(&cell(Backend::Nfs, Format::Raw), MIB, Path::new("/var/tmp"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qemu-img create"), "{e}");
+    b.teardown().unwrap();
+    b.teardown().unwrap();
+}
+
 #[test]
 fn tgt_embedded_and_external_iscsi() {
     let work = work_dir("vmbench-iscsi");
@@ -251,6 +265,7 @@ fn tgt_embedded_and_external_iscsi() {
     drop(b);
 
     external_lun(&t, work.path());
+    teardown_after_stop(work.path());
 
     let t = Arc::try_unwrap(t).expect("backends dropped their handles");
     t.stop();
@@ -288,6 +303,26 @@ fn external_lun(t: &Arc<Tgt>, work: &Path) {
     );
     t.delete_target(tid).unwrap();
     std::fs::remove_file(file).unwrap();
+}
+
+/// A LUN whose tgtd was stopped first (Ctrl-C ordering): teardown still removes the file.
+fn teardown_after_stop(work: &Path) {
+    let t = Arc::new(Tgt::start(&work.join("second")).unwrap());
+    let mut b = IscsiBackend::embedded(t.clone());
+    let d = b
+        .provision(&cell(Backend::Iscsi, Format::Raw), 8 * MIB, work)
+        .unwrap();
+    let file = d.host_path.unwrap();
+    let pid = t.pid();
+    t.stop();
+    assert!(!cmd::pid_alive(pid));
+    b.teardown().unwrap();
+    assert!(!file.exists(), "{} left", file.display());
+    let e = b
+        .provision(&cell(Backend::Iscsi, Format::Raw), MIB, work)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not running"), "{e}");
 }
 
 #[test]

@@ -306,6 +306,13 @@ impl StorageBackend for BlockBackend {
     }
 }
 
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for BlockBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

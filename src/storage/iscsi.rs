@@ -141,8 +141,9 @@ pub fn validate_target(t: &str) -> Result<(), String> {
 enum Created {
     /// An embedded target and its backing file.
     Target { tid: u32, file: PathBuf },
-    /// A qcow2 header written onto an external LUN.
-    ExternalQcow2 { url: String },
+    /// A qcow2 header written onto an external LUN; `confirmed` once qemu-img succeeded (an
+    /// unconfirmed one is wiped best-effort: the LUN may be what failed).
+    ExternalQcow2 { url: String, confirmed: bool },
 }
 
 /// Which target the backend uses.
@@ -243,12 +244,17 @@ impl IscsiBackend {
             Format::Raw => lun_bytes,
             Format::Qcow2 => {
                 let v = cmd::qcow2_fit(lun_bytes);
-                self.created
-                    .push(Created::ExternalQcow2 { url: url.clone() });
+                self.created.push(Created::ExternalQcow2 {
+                    url: url.clone(),
+                    confirmed: false,
+                });
                 cmd::run(
                     "qemu-img",
                     &["create", "-q", "-f", "qcow2", &url, &v.to_string()],
                 )?;
+                if let Some(Created::ExternalQcow2 { confirmed, .. }) = self.created.last_mut() {
+                    *confirmed = true;
+                }
                 v
             }
         };
@@ -320,8 +326,12 @@ fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
                 _ => Ok(()),
             }
         }
-        Created::ExternalQcow2 { url } => {
-            cmd::run("qemu-io", &["-f", "raw", "-c", "write -z 0 1M", url]).map(|_| ())
+        Created::ExternalQcow2 { url, confirmed } => {
+            let r = cmd::run("qemu-io", &["-f", "raw", "-c", "write -z 0 1M", url]);
+            if *confirmed {
+                r?;
+            }
+            Ok(())
         }
     }
 }
@@ -369,6 +379,13 @@ impl StorageBackend for IscsiBackend {
             }
         }
         Ok(())
+    }
+}
+
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for IscsiBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
     }
 }
 

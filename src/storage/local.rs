@@ -229,6 +229,13 @@ impl StorageBackend for LocalBackend {
     }
 }
 
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for LocalBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -252,6 +252,13 @@ impl StorageBackend for LvmBackend {
     }
 }
 
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for LvmBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

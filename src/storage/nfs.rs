@@ -158,6 +158,9 @@ pub enum NfsMode {
 struct Created {
     url: Option<String>,
     local: Option<PathBuf>,
+    /// qemu-img create succeeded. An unconfirmed external image is truncated best-effort: the
+    /// server may be the very thing that failed.
+    confirmed: bool,
 }
 
 /// Image files on NFS.
@@ -193,6 +196,12 @@ impl NfsBackend {
     /// The mode.
     pub fn mode(&self) -> &NfsMode {
         &self.mode
+    }
+
+    fn confirm_last(&mut self) {
+        if let Some(c) = self.created.last_mut() {
+            c.confirmed = true;
+        }
     }
 
     fn image_name(&mut self, cell: &Cell) -> String {
@@ -248,12 +257,14 @@ impl NfsBackend {
         self.created.push(Created {
             url: Some(url.clone()),
             local: local.clone(),
+            confirmed: false,
         });
         let size = size_bytes.to_string();
         cmd::run(
             "qemu-img",
             &["create", "-q", "-f", cell.format.as_str(), &url, &size],
         )?;
+        self.confirm_last();
         params.insert("server".into(), host.clone());
         params.insert("protocol".into(), "nfs".into());
         // QEMU 7.2's nfs driver (libnfs) mounts with NFSv3; there is no version option.
@@ -286,6 +297,7 @@ impl NfsBackend {
         self.created.push(Created {
             url: None,
             local: Some(path.clone()),
+            confirmed: false,
         });
         let p = path.to_string_lossy().into_owned();
         cmd::run(
@@ -347,7 +359,10 @@ fn remove(c: &Created, embedded_or_mounted: bool) -> Result<(), StorageError> {
     if let Some(url) = &c.url {
         // External server: truncate (see the module doc). A file that was never created is
         // created empty here, which is the same leftover.
-        cmd::run("qemu-img", &["create", "-q", "-f", "raw", url, "0"])?;
+        let r = cmd::run("qemu-img", &["create", "-q", "-f", "raw", url, "0"]);
+        if c.confirmed {
+            r?;
+        }
     }
     Ok(())
 }
@@ -414,6 +429,13 @@ fn check_mounted(dir: &Path) -> Result<(), Unsupported> {
         )));
     }
     Ok(())
+}
+
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for NfsBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
 }
 
 #[cfg(test)]

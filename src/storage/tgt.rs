@@ -157,9 +157,14 @@ impl Tgt {
         Ok(())
     }
 
-    /// Deletes target `tid` and its LUNs (`--force` closes sessions). Idempotent.
+    /// Deletes target `tid` and its LUNs (`--force` closes sessions). Idempotent, and a no-op
+    /// once tgtd is stopped (its targets went with it).
     pub fn delete_target(&self, tid: u32) -> Result<(), StorageError> {
         if !self.lock_targets().contains_key(&tid) {
+            return Ok(());
+        }
+        if !self.running() {
+            self.lock_targets().remove(&tid);
             return Ok(());
         }
         let t = tid.to_string();
@@ -173,13 +178,13 @@ impl Tgt {
     /// Deletes every target, asks tgtd to exit, and SIGKILLs it after 5 s if it did not.
     /// Removes its control socket files. Idempotent.
     pub fn stop(&self) {
-        let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return;
-        };
         let tids: Vec<u32> = self.lock_targets().keys().copied().collect();
         for tid in tids {
             let _ = self.delete_target(tid);
         }
+        let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
         let _ = self.tgtadm(&["--op", "delete", "--mode", "system"]);
         if !cmd::wait_timeout(&mut child, Duration::from_secs(5)) {
             cmd::kill_and_reap(&mut child);
@@ -187,6 +192,15 @@ impl Tgt {
         for suffix in ["", ".lock"] {
             let _ = std::fs::remove_file(format!("{SOCKET_DIR}/socket.{}{suffix}", self.ctl_port));
         }
+        self.lock_targets().clear();
+    }
+
+    /// Whether our tgtd still runs (not stopped, not exited).
+    pub fn running(&self) -> bool {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     fn lock_targets(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, String>> {
