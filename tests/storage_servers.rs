@@ -351,6 +351,11 @@ fn local_images_with_each_preallocation() {
                 Prealloc::Metadata => assert!(allocated < 32 * MIB, "{p}/{fmt}: {allocated}"),
             }
             assert_eq!(d.params["preallocation"], p.effective(fmt).as_str());
+            assert!(
+                qemu_can_open(path),
+                "libvirt-qemu cannot open {}",
+                path.display()
+            );
             made.push(path.clone());
         }
         b.teardown().unwrap();
@@ -360,6 +365,40 @@ fn local_images_with_each_preallocation() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o711, "image dir must be traversable by libvirt-qemu");
+}
+
+/// Whether QEMU's user (libvirt-qemu) can open the image: every directory on the path must
+/// let it through (libvirt relabels the file, not the directories).
+fn qemu_can_open(p: &Path) -> bool {
+    let path = p.to_string_lossy();
+    let args = [
+        "-u",
+        "libvirt-qemu",
+        "--",
+        "qemu-img",
+        "info",
+        "-U",
+        path.as_ref(),
+    ];
+    cmd::run("runuser", &args).is_ok()
+}
+
+#[test]
+fn a_private_work_dir_is_reported_and_does_lock_qemu_out() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = work_dir("vmbench-local-priv");
+    let mut b = LocalBackend::new(work.path().join("images"), Prealloc::Off);
+    let d = b
+        .provision(&cell(Backend::Local, Format::Raw), MIB, work.path())
+        .unwrap();
+    let path = d.host_path.clone().unwrap();
+    assert!(qemu_can_open(&path));
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(!qemu_can_open(&path), "0700 should lock libvirt-qemu out");
+    let e = b.check().unwrap_err().0;
+    assert!(e.contains("without o+x"), "{e}");
+    b.teardown().unwrap();
+    assert!(!path.exists());
 }
 
 fn alloc_bytes(p: &Path) -> u64 {
