@@ -9,6 +9,7 @@ use vmbench::cell::{Backend, Format};
 use vmbench::storage::cmd;
 use vmbench::storage::ganesha::Ganesha;
 use vmbench::storage::iscsi::IscsiBackend;
+use vmbench::storage::leftovers::{self, Leftover};
 use vmbench::storage::local::{LocalBackend, Prealloc};
 use vmbench::storage::nfs::NfsBackend;
 use vmbench::storage::testutil::cell;
@@ -223,6 +224,7 @@ fn tgt_embedded_and_external_iscsi() {
 
     let mut b = IscsiBackend::embedded(t.clone());
     let mut files = Vec::new();
+    let mine = |l: &Leftover| matches!(l, Leftover::Tgtd { pid: p, .. } if *p == pid);
     for (fmt, size) in [(Format::Raw, 64 * MIB), (Format::Qcow2, 128 * MIB)] {
         let d = b
             .provision(&cell(Backend::Iscsi, fmt), size, work.path())
@@ -253,6 +255,11 @@ fn tgt_embedded_and_external_iscsi() {
             .any(|(_, n)| n == iqn));
         files.push((d.host_path.clone().unwrap(), iqn.clone()));
     }
+    // A killed run would leave these: `vmbench cleanup` finds the server and both targets.
+    match leftovers::find().into_iter().find(|l| mine(l)) {
+        Some(Leftover::Tgtd { targets, .. }) => assert_eq!(targets.len(), 2, "{targets:?}"),
+        other => panic!("our tgtd not found as a leftover: {other:?}"),
+    }
     let (a, b_iqn) = (&files[0].1, &files[1].1);
     assert_ne!(a, b_iqn, "IQNs must be unique per cell");
     b.teardown().unwrap();
@@ -272,6 +279,7 @@ fn tgt_embedded_and_external_iscsi() {
     t.stop();
     assert!(!cmd::pid_alive(pid), "tgtd {pid} still runs after stop");
     assert_eq!(our_children_named("tgtd"), Vec::<u32>::new());
+    assert!(!leftovers::find().iter().any(mine));
     assert!(!Path::new(&format!("/var/run/tgtd/socket.{}", t.control_port())).exists());
 }
 

@@ -10,6 +10,7 @@ pub mod block;
 pub mod cmd;
 pub mod ganesha;
 pub mod iscsi;
+pub mod leftovers;
 pub mod local;
 pub mod lvm;
 pub mod nfs;
