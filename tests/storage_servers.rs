@@ -74,6 +74,31 @@ fn our_children_named(comm: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Writes a pattern and reads it back through QEMU's block layer (`qemu-io`, with `cache`),
+/// the path a guest's I/O takes.
+fn qemu_io_roundtrip(target: &str, fmt: Format, cache: &str) {
+    let args = [
+        "-f",
+        fmt.as_str(),
+        "-t",
+        cache,
+        "-c",
+        "write -P 0xa5 1M 1M",
+        "-c",
+        "read -P 0xa5 1M 1M",
+        target,
+    ];
+    let out = cmd::run("qemu-io", &args).unwrap();
+    assert!(
+        !out.contains("Pattern verification failed"),
+        "{target}: {out}"
+    );
+    assert!(
+        out.contains("read 1048576/1048576 bytes"),
+        "{target}: {out}"
+    );
+}
+
 #[test]
 fn ganesha_embedded_and_external_nfs() {
     let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -150,6 +175,7 @@ fn embedded_images(g: &Arc<Ganesha>) {
         let url = format!("nfs://127.0.0.1{name}");
         assert_eq!(url, d.params["url"]);
         assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
+        qemu_io_roundtrip(&url, fmt, "none");
         assert_eq!(d.params["nfs_version"], "3");
         assert_eq!(d.params["server"], "127.0.0.1");
         let local = d.host_path.clone().unwrap();
@@ -248,6 +274,7 @@ fn tgt_embedded_and_external_iscsi() {
         );
         let url = format!("iscsi://127.0.0.1:{}/{name}", t.portal_port());
         assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
+        qemu_io_roundtrip(&url, fmt, "none");
         let iqn = &d.params["iqn"];
         assert!(tgt_targets(t.control_port())
             .unwrap()
@@ -348,10 +375,10 @@ fn local_images_with_each_preallocation() {
             let DiskSource::File { path } = &d.source else {
                 panic!("{:?}", d.source)
             };
-            assert_eq!(
-                qemu_info(&path.to_string_lossy()),
-                (fmt.as_str().to_string(), 32 * MIB)
-            );
+            let p_str = path.to_string_lossy();
+            assert_eq!(qemu_info(&p_str), (fmt.as_str().to_string(), 32 * MIB));
+            // cache=none is O_DIRECT: proves the directory is not on tmpfs.
+            qemu_io_roundtrip(&p_str, fmt, "none");
             let allocated = alloc_bytes(path);
             match p.effective(fmt) {
                 Prealloc::Full => assert!(allocated >= 32 * MIB, "{p}/{fmt}: {allocated}"),
@@ -488,4 +515,34 @@ fn ganesha_leaves_a_foreign_rpcbind_alone() {
         "the foreign rpcbind was touched"
     );
     drop(foreign);
+}
+
+/// The trap LocalBackend::check guards against, checked against QEMU itself: check() refuses
+/// a tmpfs directory exactly when cache=none (O_DIRECT) really fails there. (tmpfs has O_DIRECT
+/// since Linux 6.6, so on newer kernels both succeed.)
+#[test]
+fn check_agrees_with_qemu_cache_none_on_tmpfs() {
+    let shm = Path::new("/dev/shm");
+    if vmbench::storage::local::filesystem_name(shm) != "tmpfs" {
+        eprintln!("/dev/shm is not tmpfs here: nothing to show");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("vmbench-shm")
+        .tempdir_in(shm)
+        .unwrap();
+    let b = LocalBackend::new(dir.path().to_path_buf(), Prealloc::Off);
+    let img = dir.path().join("x.raw");
+    let img = img.to_string_lossy();
+    cmd::run("qemu-img", &["create", "-q", "-f", "raw", &img, "1M"]).unwrap();
+    let qemu = cmd::run(
+        "qemu-io",
+        &["-f", "raw", "-t", "none", "-c", "read 0 4k", &img],
+    );
+    assert_eq!(
+        b.check().is_ok(),
+        qemu.is_ok(),
+        "check {:?} vs qemu-io {qemu:?}",
+        b.check()
+    );
 }

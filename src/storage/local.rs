@@ -3,7 +3,9 @@
 //!
 //! Two host traps shape it: libvirt runs QEMU as `libvirt-qemu` and relabels the image but not
 //! its directories, so every directory on the path needs o+x (0711); and cache=none opens with
-//! O_DIRECT, which tmpfs refuses, so [`LocalBackend::check`] rejects a tmpfs directory up front.
+//! O_DIRECT, which tmpfs refused before Linux 6.6, so [`LocalBackend::check`] probes O_DIRECT in
+//! the directory and rejects it (naming tmpfs) when it fails. The filesystem is recorded in the
+//! disk's params, since an image on tmpfs benchmarks RAM.
 
 use super::cmd;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
@@ -133,18 +135,18 @@ pub fn plan_qemu_img_create(
     argv
 }
 
-/// Why `dir` cannot hold images QEMU opens with cache=none, if it cannot: tmpfs (no O_DIRECT)
-/// or an ancestor directory without o+x (QEMU runs as libvirt-qemu).
+/// Why `dir` cannot hold images QEMU opens with cache=none, if it cannot: a filesystem that
+/// refuses O_DIRECT (tmpfs before Linux 6.6; this is probed, not assumed, because tmpfs has
+/// O_DIRECT since 6.6), or an ancestor directory without o+x (QEMU runs as libvirt-qemu).
 pub fn dir_problem(dir: &Path) -> Option<String> {
     let existing = dir.ancestors().find(|a| a.exists())?;
-    if let Ok(st) = nix::sys::statfs::statfs(existing) {
-        if st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC {
-            return Some(format!(
-                "{} is on tmpfs, which has no O_DIRECT, so cache=none/directsync fail; choose a \
-                 directory on ext4 or xfs (e.g. /var/tmp)",
-                existing.display()
-            ));
-        }
+    if !o_direct_works(existing) {
+        let fs = filesystem_name(existing);
+        return Some(format!(
+            "{} is on {fs}, which refuses O_DIRECT here, so cache=none/directsync fail; choose a \
+             directory on ext4 or xfs (e.g. /var/tmp)",
+            existing.display()
+        ));
     }
     for a in existing.ancestors() {
         let mode = std::fs::metadata(a)
@@ -160,6 +162,42 @@ pub fn dir_problem(dir: &Path) -> Option<String> {
         }
     }
     None
+}
+
+/// Opens a probe file in `dir` with O_DIRECT: EINVAL means the filesystem has none. Any other
+/// failure (read-only, permissions) is not this problem and is left to qemu-img to report.
+pub fn o_direct_works(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(format!(".vmbench-odirect-{}", cmd::unique_tag()));
+    let r = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    let _ = std::fs::remove_file(&probe);
+    !matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL))
+}
+
+/// The filesystem `path` is on, by statfs magic (recorded with results: tmpfs is RAM).
+pub fn filesystem_name(path: &Path) -> String {
+    use nix::sys::statfs as sf;
+    let Ok(st) = sf::statfs(path) else {
+        return "unknown".into();
+    };
+    let t = st.filesystem_type();
+    let known = [
+        (sf::TMPFS_MAGIC, "tmpfs"),
+        (sf::EXT4_SUPER_MAGIC, "ext4"),
+        (sf::XFS_SUPER_MAGIC, "xfs"),
+        (sf::BTRFS_SUPER_MAGIC, "btrfs"),
+        (sf::OVERLAYFS_SUPER_MAGIC, "overlayfs"),
+        (sf::NFS_SUPER_MAGIC, "nfs"),
+    ];
+    known
+        .iter()
+        .find(|(m, _)| *m == t)
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| format!("filesystem {:#x}", t.0))
 }
 
 impl StorageBackend for LocalBackend {
@@ -198,6 +236,7 @@ impl StorageBackend for LocalBackend {
         cmd::run_plan(&[argv])?;
         let mut params = BTreeMap::new();
         params.insert("dir".into(), self.dir.display().to_string());
+        params.insert("filesystem".into(), filesystem_name(&self.dir));
         params.insert("image".into(), path.display().to_string());
         params.insert(
             "preallocation".into(),
@@ -264,17 +303,19 @@ mod tests {
     }
 
     #[test]
-    fn tmpfs_is_refused_when_present() {
-        // /dev/shm is tmpfs on Linux hosts of this kind; only assert when it really is.
+    fn o_direct_probe_decides_and_names_the_filesystem() {
+        // /dev/shm is tmpfs: refused exactly when this kernel's tmpfs refuses O_DIRECT.
         let shm = Path::new("/dev/shm");
-        let is_tmpfs = nix::sys::statfs::statfs(shm)
-            .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-            .unwrap_or(false);
-        if is_tmpfs {
-            let p = dir_problem(&shm.join("vmbench")).expect("tmpfs must be refused");
-            assert!(p.contains("tmpfs"), "{p}");
+        if filesystem_name(shm) == "tmpfs" {
+            let p = dir_problem(&shm.join("vmbench"));
+            assert_eq!(p.is_some(), !o_direct_works(shm), "{p:?}");
+            if let Some(p) = p {
+                assert!(p.contains("tmpfs") && p.contains("O_DIRECT"), "{p}");
+            }
         }
+        assert!(o_direct_works(Path::new("/var/tmp")));
         assert_eq!(dir_problem(Path::new("/var/tmp")), None);
+        assert_eq!(filesystem_name(Path::new("/proc")), "filesystem 0x9fa0");
     }
 
     #[test]
