@@ -1,1 +1,437 @@
-//! iscsi storage backend.
+//! iSCSI storage backend: a LUN QEMU reaches through libiscsi, raw or with a qcow2 formatted
+//! onto it by qemu-img.
+//!
+//! - embedded: our tgtd ([`super::tgt::Tgt`]); per cell a sparse backing file in the work dir,
+//!   a new target with a run-unique IQN, LUN 1 on the file, and an ACL for 127.0.0.1 only.
+//!   Teardown deletes the target (`--force`) and the file.
+//! - external: `iscsi://PORTAL[:PORT]/IQN/LUN`, a LUN the user gives us whole. Its size is the
+//!   LUN's. Teardown of a qcow2 zeroes its first MiB over libiscsi (`qemu-io`), so the next run
+//!   does not find a stale qcow2 header; a raw LUN keeps what the guest wrote.
+
+use super::cmd;
+use super::tgt::Tgt;
+use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
+use crate::cell::{Backend, Cell, Format};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A parsed `iscsi://PORTAL[:PORT]/IQN/LUN` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiUrl {
+    /// Portal host name or IPv4 address.
+    pub host: String,
+    /// Portal port, when given (3260 otherwise).
+    pub port: Option<u16>,
+    /// Target name (iqn., eui. or naa. form).
+    pub target: String,
+    /// Logical unit number.
+    pub lun: u32,
+}
+
+impl IscsiUrl {
+    /// Parses and validates; errors say what is wrong and what the form is.
+    pub fn parse(url: &str) -> Result<IscsiUrl, StorageError> {
+        let bad = |why: &str| {
+            StorageError::Invalid(format!(
+                "bad iSCSI URL '{url}': {why} (expected iscsi://PORTAL[:PORT]/IQN/LUN)"
+            ))
+        };
+        let rest = url
+            .strip_prefix("iscsi://")
+            .ok_or_else(|| bad("it must start with iscsi://"))?;
+        if rest.contains('@') {
+            return Err(bad("credentials in the URL are not supported"));
+        }
+        if rest.contains('?') {
+            return Err(bad("URL options are not supported"));
+        }
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [portal, target, lun] = parts[..] else {
+            return Err(bad("it needs exactly a portal, a target name and a LUN"));
+        };
+        let (host, port) = match portal.split_once(':') {
+            Some((h, p)) => {
+                let port: u16 = p
+                    .parse()
+                    .map_err(|_| bad(&format!("port '{p}' is not 1-65535")))?;
+                if port == 0 {
+                    return Err(bad("port 0 is not valid"));
+                }
+                (h, Some(port))
+            }
+            None => (portal, None),
+        };
+        let host_ok = !host.is_empty()
+            && !host.starts_with(['-', '.'])
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+        if !host_ok {
+            return Err(bad(&format!(
+                "portal host '{host}' is not a host name or IPv4 address"
+            )));
+        }
+        validate_target(target).map_err(|w| bad(&w))?;
+        let lun: u32 = lun
+            .parse()
+            .map_err(|_| bad(&format!("LUN '{lun}' is not a number")))?;
+        if lun > 16383 {
+            return Err(bad(&format!("LUN {lun} is above 16383")));
+        }
+        Ok(IscsiUrl {
+            host: host.to_string(),
+            port,
+            target: target.to_string(),
+            lun,
+        })
+    }
+
+    /// The URL QEMU opens.
+    pub fn to_url(&self) -> String {
+        match self.port {
+            Some(p) => format!("iscsi://{}:{p}/{}/{}", self.host, self.target, self.lun),
+            None => format!("iscsi://{}/{}/{}", self.host, self.target, self.lun),
+        }
+    }
+}
+
+/// RFC 3720 names: `iqn.YYYY-MM.reverse.domain[:anything]`, `eui.` + 16 hex, or `naa.` + hex;
+/// lower case letters, digits, '.', '-', ':'.
+pub fn validate_target(t: &str) -> Result<(), String> {
+    let ok_chars = t
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-:".contains(c));
+    if !ok_chars {
+        return Err(format!(
+            "target '{t}' may contain only a-z, 0-9, '.', '-', ':'"
+        ));
+    }
+    if t.len() > 223 {
+        return Err(format!("target '{t}' is longer than 223 bytes"));
+    }
+    let hex = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_hexdigit());
+    let valid = if let Some(r) = t.strip_prefix("iqn.") {
+        let date = r.get(..7).unwrap_or("");
+        let d: Vec<char> = date.chars().collect();
+        d.len() == 7
+            && d[..4].iter().all(char::is_ascii_digit)
+            && d[4] == '-'
+            && d[5..].iter().all(char::is_ascii_digit)
+            && r.len() > 8
+            && r.as_bytes().get(7) == Some(&b'.')
+    } else if let Some(r) = t.strip_prefix("eui.") {
+        r.len() == 16 && hex(r)
+    } else if let Some(r) = t.strip_prefix("naa.") {
+        (r.len() == 16 || r.len() == 32) && hex(r)
+    } else {
+        false
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "target '{t}' is not an iqn.YYYY-MM.domain[:name], eui. or naa. name"
+        ))
+    }
+}
+
+/// What a provision created, for teardown.
+#[derive(Debug, Clone)]
+enum Created {
+    /// An embedded target and its backing file.
+    Target { tid: u32, file: PathBuf },
+    /// A qcow2 header written onto an external LUN; `confirmed` once qemu-img succeeded (an
+    /// unconfirmed one is wiped best-effort: the LUN may be what failed).
+    ExternalQcow2 { url: String, confirmed: bool },
+}
+
+/// Which target the backend uses.
+#[derive(Debug, Clone)]
+pub enum IscsiMode {
+    /// Our own tgtd.
+    Embedded(Arc<Tgt>),
+    /// A user's LUN.
+    External(IscsiUrl),
+}
+
+/// LUNs over iSCSI.
+#[derive(Debug)]
+pub struct IscsiBackend {
+    mode: IscsiMode,
+    created: Vec<Created>,
+}
+
+impl IscsiBackend {
+    /// On the embedded tgtd.
+    pub fn embedded(tgt: Arc<Tgt>) -> Self {
+        IscsiBackend {
+            mode: IscsiMode::Embedded(tgt),
+            created: Vec::new(),
+        }
+    }
+
+    /// On an external LUN, `iscsi://PORTAL[:PORT]/IQN/LUN`; errors on a bad URL.
+    pub fn external(url: &str) -> Result<Self, StorageError> {
+        Ok(IscsiBackend {
+            mode: IscsiMode::External(IscsiUrl::parse(url)?),
+            created: Vec::new(),
+        })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> &IscsiMode {
+        &self.mode
+    }
+
+    fn provision_embedded(
+        &mut self,
+        tgt: Arc<Tgt>,
+        cell: &Cell,
+        size_bytes: u64,
+        work: &Path,
+    ) -> Result<ProvisionedDisk, StorageError> {
+        let (tid, iqn) = tgt.next_target();
+        // A qcow2 on the LUN needs room for its metadata when the guest fills the disk.
+        let lun_bytes = match cell.format {
+            Format::Raw => size_bytes,
+            Format::Qcow2 => cmd::qcow2_max_size(size_bytes),
+        }
+        .div_ceil(512)
+            * 512;
+        let file = work.join(format!(
+            "iscsi-{}.lun",
+            iqn.rsplit(':').next().unwrap_or("x")
+        ));
+        self.created.push(Created::Target {
+            tid,
+            file: file.clone(),
+        });
+        create_sparse(&file, lun_bytes)?;
+        tgt.add_target(tid, &iqn, &file)?;
+        let url = tgt.url_for(&iqn, 1);
+        if cell.format == Format::Qcow2 {
+            cmd::run(
+                "qemu-img",
+                &["create", "-q", "-f", "qcow2", &url, &size_bytes.to_string()],
+            )?;
+        }
+        let mut params = base_params(&url, "127.0.0.1", Some(tgt.portal_port()), &iqn, 1);
+        params.insert("mode".into(), "embedded".into());
+        params.insert("server_software".into(), "tgt (tgtd, user space)".into());
+        params.insert("server_pid".into(), tgt.pid().to_string());
+        params.insert("tid".into(), tid.to_string());
+        params.insert("backing_file".into(), file.display().to_string());
+        params.insert("lun_bytes".into(), lun_bytes.to_string());
+        Ok(ProvisionedDisk {
+            source: network_source(&iqn, 1, "127.0.0.1", Some(tgt.portal_port())),
+            format: cell.format,
+            size_bytes,
+            host_path: Some(file),
+            params,
+        })
+    }
+
+    fn provision_external(
+        &mut self,
+        u: IscsiUrl,
+        cell: &Cell,
+        size_bytes: u64,
+    ) -> Result<ProvisionedDisk, StorageError> {
+        let url = u.to_url();
+        let lun_bytes = cmd::qemu_img_virtual_size(&url)?;
+        let guest_bytes = match cell.format {
+            Format::Raw => lun_bytes,
+            Format::Qcow2 => {
+                let v = cmd::qcow2_fit(lun_bytes);
+                self.created.push(Created::ExternalQcow2 {
+                    url: url.clone(),
+                    confirmed: false,
+                });
+                cmd::run(
+                    "qemu-img",
+                    &["create", "-q", "-f", "qcow2", &url, &v.to_string()],
+                )?;
+                if let Some(Created::ExternalQcow2 { confirmed, .. }) = self.created.last_mut() {
+                    *confirmed = true;
+                }
+                v
+            }
+        };
+        let mut params = base_params(&url, &u.host, u.port, &u.target, u.lun);
+        params.insert("mode".into(), "external".into());
+        params.insert("lun_bytes".into(), lun_bytes.to_string());
+        params.insert("requested_bytes".into(), size_bytes.to_string());
+        Ok(ProvisionedDisk {
+            source: network_source(&u.target, u.lun, &u.host, u.port),
+            format: cell.format,
+            size_bytes: guest_bytes,
+            host_path: None,
+            params,
+        })
+    }
+}
+
+fn base_params(
+    url: &str,
+    host: &str,
+    port: Option<u16>,
+    iqn: &str,
+    lun: u32,
+) -> BTreeMap<String, String> {
+    let mut p = BTreeMap::new();
+    p.insert("protocol".into(), "iscsi".into());
+    p.insert("server".into(), host.to_string());
+    p.insert("port".into(), port.unwrap_or(3260).to_string());
+    p.insert("iqn".into(), iqn.to_string());
+    p.insert("lun".into(), lun.to_string());
+    p.insert("url".into(), url.to_string());
+    p
+}
+
+fn network_source(iqn: &str, lun: u32, host: &str, port: Option<u16>) -> DiskSource {
+    DiskSource::Network {
+        protocol: NetProtocol::Iscsi,
+        name: format!("{iqn}/{lun}"),
+        host: host.to_string(),
+        port,
+    }
+}
+
+/// A sparse file of `bytes` (the LUN's backing store).
+fn create_sparse(path: &Path, bytes: u64) -> Result<(), StorageError> {
+    let io = |source| StorageError::Io {
+        context: format!("creating {}", path.display()),
+        source,
+    };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io)?;
+    f.set_len(bytes).map_err(io)
+}
+
+fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
+    match c {
+        Created::Target { tid, file } => {
+            if let Some(t) = tgt {
+                t.delete_target(*tid)?;
+            }
+            match std::fs::remove_file(file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::Io {
+                    context: format!("removing {}", file.display()),
+                    source: e,
+                }),
+                _ => Ok(()),
+            }
+        }
+        Created::ExternalQcow2 { url, confirmed } => {
+            let r = cmd::run("qemu-io", &["-f", "raw", "-c", "write -z 0 1M", url]);
+            if *confirmed {
+                r?;
+            }
+            Ok(())
+        }
+    }
+}
+
+impl StorageBackend for IscsiBackend {
+    fn kind(&self) -> Backend {
+        Backend::Iscsi
+    }
+
+    fn check(&self) -> Result<(), Unsupported> {
+        if !cmd::available("qemu-img", "--version") {
+            return Err(Unsupported("qemu-img is not installed".into()));
+        }
+        match &self.mode {
+            IscsiMode::Embedded(t) if !cmd::pid_alive(t.pid()) => Err(Unsupported(format!(
+                "the embedded tgtd (pid {}) is not running",
+                t.pid()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn provision(
+        &mut self,
+        cell: &Cell,
+        size_bytes: u64,
+        work: &Path,
+    ) -> Result<ProvisionedDisk, StorageError> {
+        self.check()?;
+        match self.mode.clone() {
+            IscsiMode::Embedded(t) => self.provision_embedded(t, cell, size_bytes, work),
+            IscsiMode::External(u) => self.provision_external(u, cell, size_bytes),
+        }
+    }
+
+    fn teardown(&mut self) -> Result<(), StorageError> {
+        let tgt = match &self.mode {
+            IscsiMode::Embedded(t) => Some(t.clone()),
+            IscsiMode::External(_) => None,
+        };
+        while let Some(c) = self.created.pop() {
+            if let Err(e) = undo(&c, tgt.as_deref()) {
+                self.created.push(c);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for IscsiBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_urls_parse() {
+        let u = IscsiUrl::parse("iscsi://127.0.0.1:3261/iqn.2026-12.dev.vmbench:r-1/1").unwrap();
+        assert_eq!(u.host, "127.0.0.1");
+        assert_eq!(u.port, Some(3261));
+        assert_eq!(u.target, "iqn.2026-12.dev.vmbench:r-1");
+        assert_eq!(u.lun, 1);
+        assert_eq!(
+            u.to_url(),
+            "iscsi://127.0.0.1:3261/iqn.2026-12.dev.vmbench:r-1/1"
+        );
+        let u = IscsiUrl::parse("iscsi://san.lab/eui.0123456789abcdef/0").unwrap();
+        assert_eq!(u.port, None);
+        assert_eq!(u.to_url(), "iscsi://san.lab/eui.0123456789abcdef/0");
+    }
+
+    #[test]
+    fn bad_urls_say_why() {
+        let cases = [
+            ("nfs://h/iqn.2026-12.a:b/1", "must start with iscsi://"),
+            ("iscsi://h/iqn.2026-12.a:b", "exactly a portal"),
+            ("iscsi://h/iqn.2026-12.a:b/1/2", "exactly a portal"),
+            ("iscsi://h:99999/iqn.2026-12.a:b/1", "port '99999'"),
+            ("iscsi://h:0/iqn.2026-12.a:b/1", "port 0"),
+            ("iscsi:///iqn.2026-12.a:b/1", "portal host ''"),
+            ("iscsi://h/IQN.2026-12.a:b/1", "may contain only"),
+            ("iscsi://h/iqn.26-12.a:b/1", "is not an iqn."),
+            ("iscsi://h/foo.bar/1", "is not an iqn."),
+            ("iscsi://h/iqn.2026-12.a:b/x", "LUN 'x'"),
+            ("iscsi://h/iqn.2026-12.a:b/20000", "above 16383"),
+            ("iscsi://u:p@h/iqn.2026-12.a:b/1", "credentials"),
+        ];
+        for (url, want) in cases {
+            let e = IscsiUrl::parse(url).unwrap_err().to_string();
+            assert!(e.contains(want), "{url}: {e}");
+            assert!(
+                e.contains("expected iscsi://PORTAL[:PORT]/IQN/LUN"),
+                "{url}: {e}"
+            );
+        }
+    }
+}

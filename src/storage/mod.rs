@@ -7,10 +7,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod block;
+pub mod cmd;
+pub mod ganesha;
 pub mod iscsi;
+pub mod leftovers;
 pub mod local;
 pub mod lvm;
 pub mod nfs;
+#[doc(hidden)]
+pub mod testutil;
+pub mod tgt;
 
 /// Why a backend cannot run on this host (reported as "unsupported on this host: REASON").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

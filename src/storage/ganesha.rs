@@ -1,0 +1,356 @@
+//! An embedded, user-space NFS server: nfs-ganesha with the VFS FSAL, bound to 127.0.0.1,
+//! exporting one directory under the run's work dir to 127.0.0.1 only.
+//!
+//! QEMU reaches it through its own libnfs driver (no kernel client). libnfs speaks NFSv3 and asks
+//! the portmapper for mountd, so rpcbind must run: we start one (`rpcbind -f -w`, as our child)
+//! only when none runs, and stop only the one we started. ganesha runs in the foreground
+//! (`-F`) as our child, so stopping it is SIGTERM + wait on a pid we own.
+//!
+//! The export's Pseudo path (NFSv4) is the same as its real path, so `nfs://127.0.0.1/PATH/NAME`
+//! names the same file for NFSv3 (mount by path) and v4.
+
+use super::cmd;
+use super::StorageError;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The NFS port ganesha binds (libnfs assumes it).
+pub const NFS_PORT: u16 = 2049;
+/// The portmapper's port.
+const RPCBIND_PORT: u16 = 111;
+/// How long ganesha may take to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Name of the file the readiness probe creates (and removes) in the export.
+const PROBE: &str = ".vmbench-probe";
+
+/// A running ganesha (and maybe the rpcbind we started for it). Stopped by [`Ganesha::stop`] or
+/// on drop.
+#[derive(Debug)]
+pub struct Ganesha {
+    export_dir: PathBuf,
+    log: PathBuf,
+    conf: PathBuf,
+    pid: u32,
+    child: Mutex<Option<Child>>,
+    rpcbind: Mutex<Option<Child>>,
+}
+
+impl Ganesha {
+    /// Writes `work_dir/ganesha.conf`, creates `work_dir/export` (0711 path), starts rpcbind if
+    /// none runs, starts `ganesha.nfsd -F`, and waits until a probe file can be created over
+    /// `nfs://127.0.0.1/...` with qemu-img. Fails with a clear error if port 2049 is taken, and
+    /// with the log's tail if ganesha dies or does not answer in time.
+    pub fn start(work_dir: &Path) -> Result<Ganesha, StorageError> {
+        let work_dir = std::path::absolute(work_dir).map_err(|source| StorageError::Io {
+            context: format!("resolving {}", work_dir.display()),
+            source,
+        })?;
+        let export_dir = work_dir.join("export");
+        check_nfs_safe(&export_dir)?;
+        if !cmd::loopback_port_free(NFS_PORT) {
+            return Err(StorageError::Invalid(format!(
+                "port {NFS_PORT} (NFS) on 127.0.0.1 is already in use (another ganesha, a kernel \
+                 NFS server or another vmbench run); stop it or use --nfs-url for an external server"
+            )));
+        }
+        make_dirs(&work_dir, &export_dir)?;
+        let conf = work_dir.join("ganesha.conf");
+        let log = work_dir.join("ganesha.log");
+        let pid_file = work_dir.join("ganesha.pid");
+        write_file(&conf, &config_text(&export_dir))?;
+        let rpcbind = start_rpcbind_if_needed(&log)?;
+        let mut g = Ganesha {
+            export_dir,
+            log,
+            conf,
+            pid: 0,
+            child: Mutex::new(None),
+            rpcbind: Mutex::new(rpcbind),
+        };
+        // From here on, Drop cleans up whatever was started.
+        let child = spawn_ganesha(&g.conf, &g.log, &pid_file)?;
+        g.pid = child.id();
+        *g.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        g.wait_ready()?;
+        Ok(g)
+    }
+
+    /// ganesha's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The exported directory on the host (images created over NFS appear here).
+    pub fn export_dir(&self) -> &Path {
+        &self.export_dir
+    }
+
+    /// The export as NFS clients name it (same as the host path, see the module doc).
+    pub fn export_path(&self) -> String {
+        self.export_dir.to_string_lossy().into_owned()
+    }
+
+    /// The server address clients use.
+    pub fn host(&self) -> &'static str {
+        "127.0.0.1"
+    }
+
+    /// ganesha's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// `nfs://127.0.0.1/EXPORT/NAME` for a file `name` directly in the export.
+    pub fn url_for(&self, name: &str) -> String {
+        format!("nfs://{}{}/{name}", self.host(), self.export_path())
+    }
+
+    /// Whether rpcbind was started by us (and will be stopped with ganesha).
+    pub fn started_rpcbind(&self) -> bool {
+        self.rpcbind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Stops ganesha (SIGTERM, then SIGKILL after 10 s) and the rpcbind we started, if any.
+    /// Idempotent.
+    pub fn stop(&self) {
+        if let Some(mut c) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            cmd::terminate(&mut c, Duration::from_secs(10));
+        }
+        if let Some(mut r) = self
+            .rpcbind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            cmd::terminate(&mut r, Duration::from_secs(5));
+        }
+    }
+
+    /// Polls until a probe file can be created over NFS, the child dies, or time runs out.
+    fn wait_ready(&self) -> Result<(), StorageError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let url = self.url_for(PROBE);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if let Some(status) = self.exited() {
+                return Err(self.failure(format!("ganesha.nfsd exited during start ({status})")));
+            }
+            match cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url, "0"]) {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(self.export_dir.join(PROBE));
+                    return Ok(());
+                }
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(self.failure(format!(
+            "ganesha.nfsd did not answer on 127.0.0.1 within {}s (last probe: {last})",
+            START_TIMEOUT.as_secs()
+        )))
+    }
+
+    /// The child's exit status, if it has exited.
+    fn exited(&self) -> Option<String> {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let c = guard.as_mut()?;
+        c.try_wait().ok().flatten().map(|s| s.to_string())
+    }
+
+    fn failure(&self, detail: String) -> StorageError {
+        StorageError::Server {
+            server: "ganesha",
+            detail,
+            log: self.log.clone(),
+            tail: cmd::tail_file(&self.log),
+        }
+    }
+}
+
+impl Drop for Ganesha {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The ganesha configuration: loopback only, NFSv3+4, one RW export without root squash.
+/// NLM and RQUOTA are off: QEMU's libnfs uses neither, and rquotad's fixed port 875 would
+/// collide with a second server. `Attr_Expiration_Time = 0`: teardown deletes images from the
+/// host side, behind ganesha's back; with its attribute cache a later CREATE of the same name
+/// fails with NFS3ERR_STALE (seen).
+fn config_text(export_dir: &Path) -> String {
+    let p = export_dir.display();
+    format!(
+        r#"# Written by vmbench for one run; do not edit.
+NFS_CORE_PARAM {{
+    Bind_addr = 127.0.0.1;
+    NFS_Port = {NFS_PORT};
+    Protocols = 3, 4;
+    Enable_NLM = false;
+    Enable_RQUOTA = false;
+}}
+NFSV4 {{
+    Graceless = true;
+}}
+EXPORT {{
+    Export_Id = 1;
+    Path = "{p}";
+    Pseudo = "{p}";
+    Access_Type = RW;
+    Squash = No_Root_Squash;
+    Protocols = 3, 4;
+    Transports = TCP;
+    SecType = sys;
+    Attr_Expiration_Time = 0;
+    CLIENT {{
+        Clients = 127.0.0.1;
+        Access_Type = RW;
+    }}
+    FSAL {{
+        Name = VFS;
+    }}
+}}
+"#
+    )
+}
+
+/// The export path goes into a config file and into URLs unescaped, so keep it to characters
+/// that need no quoting in either.
+fn check_nfs_safe(dir: &Path) -> Result<(), StorageError> {
+    let s = dir.to_string_lossy();
+    let ok = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+    if ok && !s.contains("//") {
+        return Ok(());
+    }
+    Err(StorageError::Invalid(format!(
+        "NFS export directory '{s}' may contain only letters, digits, '/', '.', '_' and '-' \
+         (it becomes part of nfs:// URLs and ganesha's config); choose another work directory"
+    )))
+}
+
+fn make_dirs(work_dir: &Path, export_dir: &Path) -> Result<(), StorageError> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in [work_dir, export_dir] {
+        std::fs::create_dir_all(d).map_err(|source| StorageError::Io {
+            context: format!("creating {}", d.display()),
+            source,
+        })?;
+    }
+    // QEMU opens files here as libvirt-qemu via a host_path baseline; 0711 lets it traverse.
+    std::fs::set_permissions(export_dir, std::fs::Permissions::from_mode(0o711)).map_err(|source| {
+        StorageError::Io {
+            context: format!("chmod {}", export_dir.display()),
+            source,
+        }
+    })
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), StorageError> {
+    std::fs::write(path, text).map_err(|source| StorageError::Io {
+        context: format!("writing {}", path.display()),
+        source,
+    })
+}
+
+fn open_log(log: &Path) -> Result<std::fs::File, StorageError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|source| StorageError::Io {
+            context: format!("opening {}", log.display()),
+            source,
+        })
+}
+
+/// Starts `rpcbind -f -w` when no rpcbind runs; `None` when one already does (we leave it be).
+fn start_rpcbind_if_needed(log: &Path) -> Result<Option<Child>, StorageError> {
+    if !cmd::pids_named("rpcbind").is_empty() {
+        return Ok(None);
+    }
+    let err = open_log(log)?;
+    let mut child = Command::new("rpcbind")
+        .args(["-f", "-w"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|source| StorageError::Io {
+            context: "starting rpcbind (is it installed?)".to_string(),
+            source,
+        })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if cmd::loopback_port_answers(RPCBIND_PORT) {
+            return Ok(Some(child));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(StorageError::Server {
+                server: "rpcbind",
+                detail: format!("rpcbind -f -w exited ({status})"),
+                log: log.to_path_buf(),
+                tail: cmd::tail_file(log),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cmd::terminate(&mut child, Duration::from_secs(2));
+    Err(StorageError::Server {
+        server: "rpcbind",
+        detail: "rpcbind did not listen on 127.0.0.1:111 within 10s".to_string(),
+        log: log.to_path_buf(),
+        tail: cmd::tail_file(log),
+    })
+}
+
+fn spawn_ganesha(conf: &Path, log: &Path, pid_file: &Path) -> Result<Child, StorageError> {
+    let err = open_log(log)?;
+    Command::new("ganesha.nfsd")
+        .arg("-F")
+        .arg("-f")
+        .arg(conf)
+        .arg("-L")
+        .arg(log)
+        .arg("-p")
+        .arg(pid_file)
+        .args(["-N", "NIV_EVENT"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|source| StorageError::Io {
+            context: "starting ganesha.nfsd (is nfs-ganesha installed?)".to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_loopback_only_and_rw() {
+        let c = config_text(Path::new("/var/tmp/run/export"));
+        assert!(c.contains("Bind_addr = 127.0.0.1;"));
+        assert!(c.contains("Clients = 127.0.0.1;"));
+        assert!(c.contains("Squash = No_Root_Squash;"));
+        assert!(c.contains("Path = \"/var/tmp/run/export\";"));
+        assert!(c.contains("Pseudo = \"/var/tmp/run/export\";"));
+        assert!(c.contains("Name = VFS;"));
+        assert!(c.contains("Attr_Expiration_Time = 0;"));
+    }
+
+    #[test]
+    fn unsafe_export_paths_are_refused() {
+        assert!(check_nfs_safe(Path::new("/var/tmp/a b/export")).is_err());
+        assert!(check_nfs_safe(Path::new("/var/tmp/a\"b")).is_err());
+        assert!(check_nfs_safe(Path::new("/var/tmp/run-1/export")).is_ok());
+    }
+}

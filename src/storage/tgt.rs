@@ -1,0 +1,357 @@
+//! An embedded, user-space iSCSI target: tgtd in the foreground as our child, its portal on
+//! 127.0.0.1 only, with its own management control port (`-C N`, socket
+//! `/var/run/tgtd/socket.N`) so that a system tgtd or another vmbench run does not collide.
+//! Every `tgtadm` call passes the same `-C N`.
+//!
+//! tgtd ignores SIGTERM: [`Tgt::stop`] deletes the targets (`--force`), then asks it to exit
+//! with `tgtadm --op delete --mode system`, and SIGKILLs it only if it is still there.
+
+use super::cmd;
+use super::StorageError;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The iSCSI default port, used when free.
+pub const DEFAULT_PORTAL_PORT: u16 = 3260;
+/// Where tgtd keeps its control sockets.
+const SOCKET_DIR: &str = "/var/run/tgtd";
+/// How long tgtd may take to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// The IQN prefix; the suffix is `<run>-<tid>`.
+pub const IQN_PREFIX: &str = "iqn.2026-12.dev.vmbench";
+
+/// A running tgtd.
+#[derive(Debug)]
+pub struct Tgt {
+    ctl_port: u16,
+    portal_port: u16,
+    pid: u32,
+    log: PathBuf,
+    run: String,
+    next_tid: AtomicU32,
+    /// Live targets: tid -> IQN.
+    targets: Mutex<BTreeMap<u32, String>>,
+    child: Mutex<Option<Child>>,
+}
+
+impl Tgt {
+    /// Starts `tgtd -f -C N --iscsi portal=127.0.0.1:PORT` with its log in
+    /// `work_dir/tgtd.log`; PORT is 3260 when free, else a free port; N is a control port no
+    /// other tgtd uses. Waits until `tgtadm -C N` answers and the portal accepts connections.
+    pub fn start(work_dir: &Path) -> Result<Tgt, StorageError> {
+        std::fs::create_dir_all(work_dir).map_err(|source| StorageError::Io {
+            context: format!("creating {}", work_dir.display()),
+            source,
+        })?;
+        std::fs::create_dir_all(SOCKET_DIR).map_err(|source| StorageError::Io {
+            context: format!("creating {SOCKET_DIR}"),
+            source,
+        })?;
+        let portal_port = if cmd::loopback_port_free(DEFAULT_PORTAL_PORT) {
+            DEFAULT_PORTAL_PORT
+        } else {
+            cmd::ephemeral_loopback_port()?
+        };
+        let ctl_port = free_control_port()?;
+        let log = work_dir.join("tgtd.log");
+        let child = spawn_tgtd(ctl_port, portal_port, &log)?;
+        let t = Tgt {
+            ctl_port,
+            portal_port,
+            pid: child.id(),
+            log,
+            run: cmd::run_tag(),
+            next_tid: AtomicU32::new(1),
+            targets: Mutex::new(BTreeMap::new()),
+            child: Mutex::new(Some(child)),
+        };
+        t.wait_ready()?;
+        Ok(t)
+    }
+
+    /// tgtd's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The portal's TCP port on 127.0.0.1.
+    pub fn portal_port(&self) -> u16 {
+        self.portal_port
+    }
+
+    /// The management control port (`tgtadm -C`).
+    pub fn control_port(&self) -> u16 {
+        self.ctl_port
+    }
+
+    /// tgtd's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// `iscsi://127.0.0.1:PORT/IQN/LUN`.
+    pub fn url_for(&self, iqn: &str, lun: u32) -> String {
+        format!("iscsi://127.0.0.1:{}/{iqn}/{lun}", self.portal_port)
+    }
+
+    /// Reserves a target id and its run-unique IQN (`iqn.2026-12.dev.vmbench:<run>-<tid>`).
+    pub fn next_target(&self) -> (u32, String) {
+        let tid = self.next_tid.fetch_add(1, Ordering::SeqCst);
+        (tid, format!("{IQN_PREFIX}:{}-{tid}", self.run))
+    }
+
+    /// `tgtadm -C N ARGS...`.
+    pub fn tgtadm(&self, args: &[&str]) -> Result<String, StorageError> {
+        let port = self.ctl_port.to_string();
+        let mut argv = vec!["-C", port.as_str()];
+        argv.extend_from_slice(args);
+        cmd::run("tgtadm", &argv)
+    }
+
+    /// Creates target `tid` named `iqn` with LUN 1 backed by `backing`, reachable only from the
+    /// loopback initiator. On a failure half way the target is deleted again.
+    pub fn add_target(&self, tid: u32, iqn: &str, backing: &Path) -> Result<(), StorageError> {
+        let t = tid.to_string();
+        let file = backing.to_string_lossy();
+        self.tgtadm(&[
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", &t, "-T", iqn,
+        ])?;
+        self.lock_targets().insert(tid, iqn.to_string());
+        let rest = self
+            .tgtadm(&[
+                "--lld",
+                "iscsi",
+                "--op",
+                "new",
+                "--mode",
+                "logicalunit",
+                "--tid",
+                &t,
+                "--lun",
+                "1",
+                "-b",
+                &file,
+            ])
+            .and_then(|_| {
+                self.tgtadm(&[
+                    "--lld",
+                    "iscsi",
+                    "--op",
+                    "bind",
+                    "--mode",
+                    "target",
+                    "--tid",
+                    &t,
+                    "-I",
+                    "127.0.0.1",
+                ])
+            });
+        if let Err(e) = rest {
+            let _ = self.delete_target(tid);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Deletes target `tid` and its LUNs (`--force` closes sessions). Idempotent, and a no-op
+    /// once tgtd is stopped (its targets went with it).
+    pub fn delete_target(&self, tid: u32) -> Result<(), StorageError> {
+        if !self.lock_targets().contains_key(&tid) {
+            return Ok(());
+        }
+        if !self.running() {
+            self.lock_targets().remove(&tid);
+            return Ok(());
+        }
+        let t = tid.to_string();
+        self.tgtadm(&[
+            "--lld", "iscsi", "--op", "delete", "--mode", "target", "--tid", &t, "--force",
+        ])?;
+        self.lock_targets().remove(&tid);
+        Ok(())
+    }
+
+    /// Deletes every target, asks tgtd to exit, and SIGKILLs it after 5 s if it did not.
+    /// Removes its control socket files. Idempotent.
+    pub fn stop(&self) {
+        let tids: Vec<u32> = self.lock_targets().keys().copied().collect();
+        for tid in tids {
+            let _ = self.delete_target(tid);
+        }
+        let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let _ = self.tgtadm(&["--op", "delete", "--mode", "system"]);
+        if !cmd::wait_timeout(&mut child, Duration::from_secs(5)) {
+            cmd::kill_and_reap(&mut child);
+        }
+        for suffix in ["", ".lock"] {
+            let _ = std::fs::remove_file(format!("{SOCKET_DIR}/socket.{}{suffix}", self.ctl_port));
+        }
+        self.lock_targets().clear();
+    }
+
+    /// Whether our tgtd still runs (not stopped, not exited).
+    pub fn running(&self) -> bool {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    fn lock_targets(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, String>> {
+        self.targets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait_ready(&self) -> Result<(), StorageError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if let Some(status) = self.exited() {
+                return Err(self.failure(format!("tgtd exited during start ({status})")));
+            }
+            match self.tgtadm(&["--op", "show", "--mode", "sys"]) {
+                Ok(_) if cmd::loopback_port_answers(self.portal_port) => return Ok(()),
+                Ok(_) => last = format!("portal 127.0.0.1:{} not listening yet", self.portal_port),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(self.failure(format!(
+            "tgtd did not answer within {}s: {last}",
+            START_TIMEOUT.as_secs()
+        )))
+    }
+
+    fn exited(&self) -> Option<String> {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .as_mut()?
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|s| s.to_string())
+    }
+
+    fn failure(&self, detail: String) -> StorageError {
+        StorageError::Server {
+            server: "tgtd",
+            detail,
+            log: self.log.clone(),
+            tail: cmd::tail_file(&self.log),
+        }
+    }
+}
+
+impl Drop for Tgt {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A control port whose socket does not exist yet, starting from a pid-derived number so two
+/// runs rarely probe the same one.
+fn free_control_port() -> Result<u16, StorageError> {
+    let base = 1000 + (std::process::id() % 30000) as u16;
+    (0..2000u16)
+        .map(|i| base + i)
+        .find(|p| !Path::new(&format!("{SOCKET_DIR}/socket.{p}")).exists())
+        .ok_or_else(|| {
+            StorageError::Invalid(format!("no free tgtd control port under {SOCKET_DIR}"))
+        })
+}
+
+fn spawn_tgtd(ctl_port: u16, portal_port: u16, log: &Path) -> Result<Child, StorageError> {
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|source| StorageError::Io {
+            context: format!("opening {}", log.display()),
+            source,
+        })?;
+    Command::new("tgtd")
+        .arg("-f")
+        .arg("-C")
+        .arg(ctl_port.to_string())
+        .arg("--iscsi")
+        .arg(format!("portal=127.0.0.1:{portal_port}"))
+        .stdin(Stdio::null())
+        .stdout(err.try_clone().map_err(|source| StorageError::Io {
+            context: format!("opening {}", log.display()),
+            source,
+        })?)
+        .stderr(err)
+        .spawn()
+        .map_err(|source| StorageError::Io {
+            context: "starting tgtd (is tgt installed?)".to_string(),
+            source,
+        })
+}
+
+/// Targets a tgtd on control port `ctl_port` has, as `(tid, IQN)`, from `tgtadm --op show`;
+/// for `vmbench cleanup` to find leftovers of a run that was killed.
+pub fn tgt_targets(ctl_port: u16) -> Result<Vec<(u32, String)>, StorageError> {
+    let port = ctl_port.to_string();
+    let out = cmd::run(
+        "tgtadm",
+        &[
+            "-C", &port, "--lld", "iscsi", "--op", "show", "--mode", "target",
+        ],
+    )?;
+    Ok(parse_targets(&out))
+}
+
+/// Control ports with a tgtd socket in /var/run/tgtd (any tgtd, ours or not).
+pub fn tgt_control_ports() -> Vec<u16> {
+    let Ok(dir) = std::fs::read_dir(SOCKET_DIR) else {
+        return Vec::new();
+    };
+    let mut v: Vec<u16> = dir
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("socket.")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Parses `Target 1: iqn...` lines.
+fn parse_targets(show: &str) -> Vec<(u32, String)> {
+    show.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("Target ")?;
+            let (tid, iqn) = rest.split_once(": ")?;
+            Some((tid.trim().parse().ok()?, iqn.trim().to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tgtadm_show() {
+        // Captured from tgtadm 1.0.85 (`--op show --mode target`), trimmed.
+        let show = "Target 1: iqn.2026-12.dev.vmbench:t-1\n    System information:\n        \
+                    Driver: iscsi\n        State: ready\n    LUN information:\n        LUN: 0\n\
+                    Target 12: iqn.2026-12.dev.vmbench:t-12\n";
+        assert_eq!(
+            parse_targets(show),
+            vec![
+                (1, "iqn.2026-12.dev.vmbench:t-1".into()),
+                (12, "iqn.2026-12.dev.vmbench:t-12".into())
+            ]
+        );
+    }
+}

@@ -1,0 +1,548 @@
+//! Integration tests of the storage backends against real servers and tools: ganesha, tgtd,
+//! qemu-img, loop devices. Needs root and the packages of scripts/setup-host. Every test
+//! cleans up through Drop guards (servers stop on drop, temp dirs are removed), and checks that
+//! no process, file or loop device it started is left.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use vmbench::cell::{Backend, Format};
+use vmbench::storage::cmd;
+use vmbench::storage::ganesha::Ganesha;
+use vmbench::storage::iscsi::IscsiBackend;
+use vmbench::storage::leftovers::{self, Leftover};
+use vmbench::storage::local::{LocalBackend, Prealloc};
+use vmbench::storage::nfs::NfsBackend;
+use vmbench::storage::testutil::cell;
+use vmbench::storage::tgt::{tgt_targets, Tgt};
+use vmbench::storage::{DiskSource, NetProtocol, StorageBackend};
+
+/// Ganesha needs port 2049: tests that start it take this lock.
+static NFS_PORT_LOCK: Mutex<()> = Mutex::new(());
+
+const MIB: u64 = 1024 * 1024;
+
+fn work_dir(prefix: &str) -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    d
+}
+
+/// `qemu-img info` of a target, as (format, virtual size).
+fn qemu_info(target: &str) -> (String, u64) {
+    let out = cmd::run("qemu-img", &["info", "--output=json", target]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    (
+        v["format"].as_str().unwrap().to_string(),
+        v["virtual-size"].as_u64().unwrap(),
+    )
+}
+
+/// Whether TCP listeners on `port` exist and are all bound to 127.0.0.1 (plain or IPv4-mapped
+/// in IPv6), from /proc/net/tcp{,6} (state 0A = LISTEN).
+fn listens_only_on_loopback(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let mut locals = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let tcp = std::fs::read_to_string(f).unwrap_or_default();
+        for l in tcp.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.get(3) == Some(&"0A") && f[1].ends_with(&want) {
+                locals.push(f[1].to_string());
+            }
+        }
+    }
+    let loopback = |a: &String| {
+        a.starts_with("0100007F:") || a.starts_with("0000000000000000FFFF00000100007F:")
+    };
+    !locals.is_empty() && locals.iter().all(loopback)
+}
+
+/// Live processes named `comm` whose parent is this test process: what a test leaves behind.
+fn our_children_named(comm: &str) -> Vec<u32> {
+    let me = std::process::id().to_string();
+    cmd::pids_named(comm)
+        .into_iter()
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+            after.split_whitespace().nth(1) == Some(me.as_str())
+        })
+        .collect()
+}
+
+/// Writes a pattern and reads it back through QEMU's block layer (`qemu-io`, with `cache`),
+/// the path a guest's I/O takes.
+fn qemu_io_roundtrip(target: &str, fmt: Format, cache: &str) {
+    let args = [
+        "-f",
+        fmt.as_str(),
+        "-t",
+        cache,
+        "-c",
+        "write -P 0xa5 1M 1M",
+        "-c",
+        "read -P 0xa5 1M 1M",
+        target,
+    ];
+    let out = cmd::run("qemu-io", &args).unwrap();
+    assert!(
+        !out.contains("Pattern verification failed"),
+        "{target}: {out}"
+    );
+    assert!(
+        out.contains("read 1048576/1048576 bytes"),
+        "{target}: {out}"
+    );
+}
+
+#[test]
+fn ganesha_embedded_and_external_nfs() {
+    let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let rpcbind_before = cmd::pids_named("rpcbind");
+    let work = work_dir("vmbench-nfs");
+    let g = Arc::new(Ganesha::start(work.path()).expect("ganesha starts"));
+    let pid = g.pid();
+    let we_started_rpcbind = g.started_rpcbind();
+    assert_eq!(we_started_rpcbind, rpcbind_before.is_empty());
+    assert!(cmd::pids_named("ganesha.nfsd").contains(&pid));
+    assert!(
+        listens_only_on_loopback(2049),
+        "ganesha must listen on 127.0.0.1:2049 only"
+    );
+
+    // A second server cannot have the port, and says so.
+    let work2 = work_dir("vmbench-nfs2");
+    let e = Ganesha::start(work2.path()).unwrap_err().to_string();
+    assert!(e.contains("port 2049"), "{e}");
+
+    embedded_images(&g);
+    external_image(&g);
+    half_failed_external(&g);
+
+    let g = Arc::try_unwrap(g).expect("backends dropped their handles");
+    g.stop();
+    g.stop();
+    assert!(!cmd::pid_alive(pid), "ganesha {pid} still runs after stop");
+    assert!(!cmd::pids_named("ganesha.nfsd").contains(&pid));
+    assert_eq!(our_children_named("ganesha.nfsd"), Vec::<u32>::new());
+    assert_eq!(our_children_named("rpcbind"), Vec::<u32>::new());
+    let left: Vec<_> = std::fs::read_dir(work.path().join("export"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "files left in the export: {left:?}");
+    if we_started_rpcbind {
+        assert!(
+            cmd::pids_named("rpcbind").is_empty(),
+            "the rpcbind we started is left"
+        );
+    } else {
+        assert_eq!(
+            cmd::pids_named("rpcbind"),
+            rpcbind_before,
+            "someone else's rpcbind was touched"
+        );
+    }
+}
+
+/// qcow2 and raw on the embedded server: created over NFS, seen by qemu-img, removed by
+/// teardown.
+fn embedded_images(g: &Arc<Ganesha>) {
+    let mut b = NfsBackend::embedded(g.clone());
+    b.check().unwrap();
+    let mut files = Vec::new();
+    for (fmt, size) in [(Format::Qcow2, 256 * MIB), (Format::Raw, 64 * MIB)] {
+        let d = b
+            .provision(&cell(Backend::Nfs, fmt), size, Path::new("/var/tmp"))
+            .unwrap();
+        let DiskSource::Network {
+            protocol,
+            name,
+            host,
+            port,
+        } = &d.source
+        else {
+            panic!("not a network source: {:?}", d.source)
+        };
+        assert_eq!(
+            (*protocol, host.as_str(), *port),
+            (NetProtocol::Nfs, "127.0.0.1", None)
+        );
+        assert!(name.starts_with(&g.export_path()), "{name}");
+        let url = format!("nfs://127.0.0.1{name}");
+        assert_eq!(url, d.params["url"]);
+        assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
+        qemu_io_roundtrip(&url, fmt, "none");
+        assert_eq!(d.params["nfs_version"], "3");
+        assert_eq!(d.params["server"], "127.0.0.1");
+        let local = d.host_path.clone().unwrap();
+        assert!(local.starts_with(g.export_dir()) && local.exists());
+        files.push(local);
+    }
+    b.teardown().unwrap();
+    b.teardown().unwrap();
+    for f in &files {
+        assert!(!f.exists(), "{} left after teardown", f.display());
+    }
+}
+
+/// The same server, used as an "external" one by URL: teardown truncates the image to 0
+/// bytes (the documented leftover), over libnfs.
+fn external_image(g: &Arc<Ganesha>) {
+    let url = format!("nfs://127.0.0.1{}", g.export_path());
+    let mut b = NfsBackend::external(&url).unwrap();
+    let d = b
+        .provision(
+            &cell(Backend::Nfs, Format::Qcow2),
+            128 * MIB,
+            Path::new("/var/tmp"),
+        )
+        .unwrap();
+    assert_eq!(
+        qemu_info(&d.params["url"]),
+        ("qcow2".to_string(), 128 * MIB)
+    );
+    assert!(d.host_path.is_none());
+    let on_server = g.export_dir().join(&d.params["image"]);
+    assert!(std::fs::metadata(&on_server).unwrap().len() > 0);
+    b.teardown().unwrap();
+    assert_eq!(
+        std::fs::metadata(&on_server).unwrap().len(),
+        0,
+        "external image not truncated"
+    );
+    std::fs::remove_file(on_server).unwrap();
+}
+
+/// A provision that fails (no such export on the server) leaves nothing and tears down cleanly.
+fn half_failed_external(g: &Arc<Ganesha>) {
+    let url = format!("nfs://127.0.0.1{}/missing", g.export_path());
+    let mut b = NfsBackend::external(&url).unwrap();
+    let e = b
+        .provision(&cell(Backend::Nfs, Format::Raw), MIB, Path::new("/var/tmp"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qemu-img create"), "{e}");
+    b.teardown().unwrap();
+    b.teardown().unwrap();
+}
+
+#[test]
+fn tgt_embedded_and_external_iscsi() {
+    let work = work_dir("vmbench-iscsi");
+    let t = Arc::new(Tgt::start(work.path()).expect("tgtd starts"));
+    let pid = t.pid();
+    assert!(cmd::pids_named("tgtd").contains(&pid));
+    assert!(our_children_named("tgtd").contains(&pid));
+    assert!(listens_only_on_loopback(t.portal_port()));
+
+    // A second tgtd at the same time gets its own portal and control ports.
+    let work2 = work_dir("vmbench-iscsi2");
+    let t2 = Tgt::start(work2.path()).expect("a second tgtd starts");
+    assert_ne!(t2.portal_port(), t.portal_port());
+    assert_ne!(t2.control_port(), t.control_port());
+    let pid2 = t2.pid();
+    t2.stop();
+    assert!(!cmd::pid_alive(pid2));
+
+    let mut b = IscsiBackend::embedded(t.clone());
+    let mut files = Vec::new();
+    let mine = |l: &Leftover| matches!(l, Leftover::Tgtd { pid: p, .. } if *p == pid);
+    for (fmt, size) in [(Format::Raw, 64 * MIB), (Format::Qcow2, 128 * MIB)] {
+        let d = b
+            .provision(&cell(Backend::Iscsi, fmt), size, work.path())
+            .unwrap();
+        let DiskSource::Network {
+            protocol,
+            name,
+            host,
+            port,
+        } = &d.source
+        else {
+            panic!("not a network source: {:?}", d.source)
+        };
+        assert_eq!(
+            (*protocol, host.as_str(), *port),
+            (NetProtocol::Iscsi, "127.0.0.1", Some(t.portal_port()))
+        );
+        assert!(
+            name.starts_with("iqn.2026-12.dev.vmbench:") && name.ends_with("/1"),
+            "{name}"
+        );
+        let url = format!("iscsi://127.0.0.1:{}/{name}", t.portal_port());
+        assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
+        qemu_io_roundtrip(&url, fmt, "none");
+        let iqn = &d.params["iqn"];
+        assert!(tgt_targets(t.control_port())
+            .unwrap()
+            .iter()
+            .any(|(_, n)| n == iqn));
+        files.push((d.host_path.clone().unwrap(), iqn.clone()));
+    }
+    // A killed run would leave these: `vmbench cleanup` finds the server and both targets.
+    match leftovers::find().into_iter().find(|l| mine(l)) {
+        Some(Leftover::Tgtd { targets, .. }) => assert_eq!(targets.len(), 2, "{targets:?}"),
+        other => panic!("our tgtd not found as a leftover: {other:?}"),
+    }
+    let (a, b_iqn) = (&files[0].1, &files[1].1);
+    assert_ne!(a, b_iqn, "IQNs must be unique per cell");
+    b.teardown().unwrap();
+    b.teardown().unwrap();
+    let left = tgt_targets(t.control_port()).unwrap();
+    assert!(left.is_empty(), "targets left: {left:?}");
+    for (f, _) in &files {
+        assert!(!f.exists(), "{} left", f.display());
+    }
+    drop(b);
+
+    external_lun(&t, work.path());
+    teardown_after_stop(work.path());
+
+    let t = Arc::try_unwrap(t).expect("backends dropped their handles");
+    t.stop();
+    t.stop();
+    assert!(!cmd::pid_alive(pid), "tgtd {pid} still runs after stop");
+    assert_eq!(our_children_named("tgtd"), Vec::<u32>::new());
+    assert!(!leftovers::find().iter().any(mine));
+    assert!(!Path::new(&format!("/var/run/tgtd/socket.{}", t.control_port())).exists());
+}
+
+/// A LUN made by hand on our tgtd, used by URL: a qcow2 fits in the LUN, teardown wipes it.
+fn external_lun(t: &Arc<Tgt>, work: &Path) {
+    let (tid, iqn) = t.next_target();
+    let file = work.join("external.lun");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(96 * MIB)
+        .unwrap();
+    t.add_target(tid, &iqn, &file).unwrap();
+    let url = t.url_for(&iqn, 1);
+    let mut b = IscsiBackend::external(&url).unwrap();
+    let d = b
+        .provision(&cell(Backend::Iscsi, Format::Qcow2), 1 << 40, work)
+        .unwrap();
+    assert!(
+        d.size_bytes < 96 * MIB && d.size_bytes > 90 * MIB,
+        "{}",
+        d.size_bytes
+    );
+    assert_eq!(qemu_info(&url), ("qcow2".to_string(), d.size_bytes));
+    b.teardown().unwrap();
+    assert_eq!(
+        qemu_info(&url),
+        ("raw".to_string(), 96 * MIB),
+        "qcow2 header not wiped"
+    );
+    t.delete_target(tid).unwrap();
+    std::fs::remove_file(file).unwrap();
+}
+
+/// A LUN whose tgtd was stopped first (Ctrl-C ordering): teardown still removes the file.
+fn teardown_after_stop(work: &Path) {
+    let t = Arc::new(Tgt::start(&work.join("second")).unwrap());
+    let mut b = IscsiBackend::embedded(t.clone());
+    let d = b
+        .provision(&cell(Backend::Iscsi, Format::Raw), 8 * MIB, work)
+        .unwrap();
+    let file = d.host_path.unwrap();
+    let pid = t.pid();
+    t.stop();
+    assert!(!cmd::pid_alive(pid));
+    b.teardown().unwrap();
+    assert!(!file.exists(), "{} left", file.display());
+    let e = b
+        .provision(&cell(Backend::Iscsi, Format::Raw), MIB, work)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not running"), "{e}");
+}
+
+#[test]
+fn local_images_with_each_preallocation() {
+    let work = work_dir("vmbench-local");
+    let dir: PathBuf = work.path().join("images");
+    for p in Prealloc::ALL {
+        let mut b = LocalBackend::new(dir.clone(), *p);
+        b.check().unwrap();
+        let mut made = Vec::new();
+        for fmt in [Format::Qcow2, Format::Raw] {
+            let d = b
+                .provision(&cell(Backend::Local, fmt), 32 * MIB, work.path())
+                .unwrap();
+            let DiskSource::File { path } = &d.source else {
+                panic!("{:?}", d.source)
+            };
+            let p_str = path.to_string_lossy();
+            assert_eq!(qemu_info(&p_str), (fmt.as_str().to_string(), 32 * MIB));
+            // cache=none is O_DIRECT: proves the directory is not on tmpfs.
+            qemu_io_roundtrip(&p_str, fmt, "none");
+            let allocated = alloc_bytes(path);
+            match p.effective(fmt) {
+                Prealloc::Full => assert!(allocated >= 32 * MIB, "{p}/{fmt}: {allocated}"),
+                Prealloc::Off => assert!(allocated < 4 * MIB, "{p}/{fmt}: {allocated}"),
+                Prealloc::Metadata => assert!(allocated < 32 * MIB, "{p}/{fmt}: {allocated}"),
+            }
+            assert_eq!(d.params["preallocation"], p.effective(fmt).as_str());
+            assert!(
+                qemu_can_open(path),
+                "libvirt-qemu cannot open {}",
+                path.display()
+            );
+            made.push(path.clone());
+        }
+        b.teardown().unwrap();
+        b.teardown().unwrap();
+        assert!(made.iter().all(|f| !f.exists()));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o711, "image dir must be traversable by libvirt-qemu");
+}
+
+/// Whether QEMU's user (libvirt-qemu) can open the image: every directory on the path must
+/// let it through (libvirt relabels the file, not the directories).
+fn qemu_can_open(p: &Path) -> bool {
+    let path = p.to_string_lossy();
+    let args = [
+        "-u",
+        "libvirt-qemu",
+        "--",
+        "qemu-img",
+        "info",
+        "-U",
+        path.as_ref(),
+    ];
+    cmd::run("runuser", &args).is_ok()
+}
+
+#[test]
+fn a_private_work_dir_is_reported_and_does_lock_qemu_out() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = work_dir("vmbench-local-priv");
+    let mut b = LocalBackend::new(work.path().join("images"), Prealloc::Off);
+    let d = b
+        .provision(&cell(Backend::Local, Format::Raw), MIB, work.path())
+        .unwrap();
+    let path = d.host_path.clone().unwrap();
+    assert!(qemu_can_open(&path));
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(!qemu_can_open(&path), "0700 should lock libvirt-qemu out");
+    let e = b.check().unwrap_err().0;
+    assert!(e.contains("without o+x"), "{e}");
+    b.teardown().unwrap();
+    assert!(!path.exists());
+}
+
+fn alloc_bytes(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().blocks() * 512
+}
+
+#[test]
+fn block_raw_on_a_loop_device() {
+    let work = work_dir("vmbench-block");
+    let file = work.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(48 * MIB)
+        .unwrap();
+    let dev = PathBuf::from(
+        cmd::run("losetup", &["-f", "--show", &file.to_string_lossy()])
+            .unwrap()
+            .trim(),
+    );
+    struct Detach(PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = cmd::run("losetup", &["-d", &self.0.to_string_lossy()]);
+        }
+    }
+    let guard = Detach(dev.clone());
+    let mut b = vmbench::storage::block::BlockBackend::new(dev.clone(), true, false);
+    let d = b
+        .provision(&cell(Backend::Block, Format::Raw), 0, work.path())
+        .unwrap();
+    assert_eq!(d.source, DiskSource::Block { dev: dev.clone() });
+    assert_eq!(d.size_bytes, 48 * MIB);
+    b.teardown().unwrap();
+    drop(guard);
+    let list = cmd::run("losetup", &["-j", &file.to_string_lossy()]).unwrap();
+    assert!(list.trim().is_empty(), "loop device left: {list}");
+}
+
+/// With an rpcbind already running (someone else's), ganesha uses it and leaves it running.
+#[test]
+fn ganesha_leaves_a_foreign_rpcbind_alone() {
+    let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    struct Foreign(Option<std::process::Child>);
+    impl Drop for Foreign {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                cmd::terminate(c, std::time::Duration::from_secs(5));
+            }
+        }
+    }
+    let foreign = if cmd::pids_named("rpcbind").is_empty() {
+        let c = std::process::Command::new("rpcbind")
+            .args(["-f", "-w"])
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !cmd::loopback_port_answers(111) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Foreign(Some(c))
+    } else {
+        Foreign(None)
+    };
+    let before = cmd::pids_named("rpcbind");
+    let work = work_dir("vmbench-nfs-rpc");
+    let g = Ganesha::start(work.path()).expect("ganesha starts");
+    assert!(!g.started_rpcbind());
+    let url = g.url_for("probe.raw");
+    cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url, "1M"]).unwrap();
+    assert_eq!(qemu_info(&url), ("raw".to_string(), MIB));
+    std::fs::remove_file(g.export_dir().join("probe.raw")).unwrap();
+    let pid = g.pid();
+    drop(g);
+    assert!(!cmd::pid_alive(pid), "ganesha {pid} survives its drop");
+    assert_eq!(
+        cmd::pids_named("rpcbind"),
+        before,
+        "the foreign rpcbind was touched"
+    );
+    drop(foreign);
+}
+
+/// The trap LocalBackend::check guards against, checked against QEMU itself: check() refuses
+/// a tmpfs directory exactly when cache=none (O_DIRECT) really fails there. (tmpfs has O_DIRECT
+/// since Linux 6.6, so on newer kernels both succeed.)
+#[test]
+fn check_agrees_with_qemu_cache_none_on_tmpfs() {
+    let shm = Path::new("/dev/shm");
+    if vmbench::storage::local::filesystem_name(shm) != "tmpfs" {
+        eprintln!("/dev/shm is not tmpfs here: nothing to show");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("vmbench-shm")
+        .tempdir_in(shm)
+        .unwrap();
+    let b = LocalBackend::new(dir.path().to_path_buf(), Prealloc::Off);
+    let img = dir.path().join("x.raw");
+    let img = img.to_string_lossy();
+    cmd::run("qemu-img", &["create", "-q", "-f", "raw", &img, "1M"]).unwrap();
+    let qemu = cmd::run(
+        "qemu-io",
+        &["-f", "raw", "-t", "none", "-c", "read 0 4k", &img],
+    );
+    assert_eq!(
+        b.check().is_ok(),
+        qemu.is_ok(),
+        "check {:?} vs qemu-io {qemu:?}",
+        b.check()
+    );
+}
