@@ -94,7 +94,7 @@ pub fn parse_builtin(text: &str) -> BTreeSet<String> {
 pub fn parse_modules_dep(text: &str) -> Result<BTreeMap<String, ModInfo>, ImageError> {
     let mut out = BTreeMap::new();
     for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+        if line.trim().is_empty() || line.starts_with('#') {
             continue;
         }
         let (path, deps) = line
