@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vmbench::image::{default_cache_dir, ensure, ImageInfo, ImageRequest};
-use vmbench_proto::{GuestMsg, Hello, HostMsg, Job, LineDecoder, Step, PORT_NAME, TEST_DISK_SERIAL};
+use vmbench_proto::{Filesystem, GuestMsg, Hello, HostMsg, Job, LineDecoder, Step, PORT_NAME, TEST_DISK_SERIAL};
 
 /// Two TCG guests at once on two cores would only slow each other down.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -50,10 +50,10 @@ enum Channel {
     Hvc,
 }
 
-fn boot(img: &ImageInfo, channel: Channel) -> Guest {
+fn boot(img: &ImageInfo, channel: Channel, disk_bytes: u64) -> Guest {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let disk = dir.path().join("disk.raw");
-    std::fs::File::create(&disk).unwrap().set_len(DISK_BYTES).unwrap();
+    std::fs::File::create(&disk).unwrap().set_len(disk_bytes).unwrap();
     let sock = dir.path().join("agent.sock");
     let console = dir.path().join("console.log");
     let mut args: Vec<String> = [
@@ -223,7 +223,7 @@ fn save_fixture(name: &str, text: &str) {
 fn agent_runs_fio_over_virtio_serial_and_powers_off() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();
-    let mut g = boot(&img, Channel::NamedPort);
+    let mut g = boot(&img, Channel::NamedPort, DISK_BYTES);
     let h = g.hello();
     assert_eq!(h.protocol, vmbench_proto::PROTOCOL_VERSION);
     assert!(h.fio_version.as_deref().is_some_and(|v| v.starts_with("fio-")), "{h:?}");
@@ -268,17 +268,48 @@ fn agent_runs_fio_over_virtio_serial_and_powers_off() {
 fn agent_finds_hvc_console_by_handshake() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();
-    let mut g = boot(&img, Channel::Hvc);
+    let mut g = boot(&img, Channel::Hvc, DISK_BYTES);
     let h = g.hello();
     assert!(h.block_devices.iter().any(|d| d.serial.as_deref() == Some(TEST_DISK_SERIAL)));
-    let job = Job { id: 1, disk_serial: TEST_DISK_SERIAL.into(), steps: vec![Step::DropCaches] };
+    let job = Job {
+        id: 1,
+        disk_serial: TEST_DISK_SERIAL.into(),
+        steps: vec![Step::Mkfs { fs: Filesystem::Ext4 }, Step::DropCaches],
+    };
     let r = run_job(&mut g, job);
-    assert!(r.ok && r.steps.len() == 1, "{:?}", r.steps);
+    assert!(r.ok && r.steps.len() == 2, "{:?}", r.steps);
     let console = g.power_off();
     let line = console.lines().find(|l| l.contains("port open:")).unwrap_or_default().to_string();
     assert!(line.contains("/dev/hvc"), "{console}");
     save_fixture("console-agent-hvc.log", &console);
     eprintln!("hvc handshake: {line}");
+}
+
+#[test]
+fn agent_makes_xfs_and_runs_bonnie() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let img = image();
+    // mkfs.xfs refuses filesystems under 300 MB.
+    let mut g = boot(&img, Channel::NamedPort, 512 << 20);
+    let h = g.hello();
+    assert!(h.bonnie_version.is_some(), "{h:?}");
+    let bonnie = ["-d", "{dir}", "-u", "root", "-s", "64", "-r", "32", "-n", "1", "-q"];
+    let job = Job {
+        id: 3,
+        disk_serial: TEST_DISK_SERIAL.into(),
+        steps: vec![
+            Step::Mkfs { fs: Filesystem::Xfs },
+            Step::Bonnie { args: bonnie.iter().map(|s| s.to_string()).collect(), output_name: "bonnie.txt".into() },
+        ],
+    };
+    let r = run_job(&mut g, job);
+    assert!(r.ok, "{:?}", r.steps);
+    let out = &r.blobs["bonnie.txt"];
+    // -q: one CSV record; its first field is the format version, the third the host name.
+    let rec: Vec<&str> = out.lines().find(|l| l.matches(',').count() > 20).unwrap_or_else(|| panic!("{out}")).split(',').collect();
+    assert!(rec[0].starts_with('1'), "{out}");
+    save_fixture("bonnie-guest-xfs.csv", out);
+    g.power_off();
 }
 
 /// Boot latency: QEMU start to the agent's first byte on the socket, five runs. Run by
@@ -291,7 +322,7 @@ fn bench_boot_to_first_byte() {
     let mut times = Vec::new();
     for run in 0..5 {
         let t0 = Instant::now();
-        let mut g = boot(&img, Channel::NamedPort);
+        let mut g = boot(&img, Channel::NamedPort, DISK_BYTES);
         g.sock.set_read_timeout(Some(Duration::from_secs(180))).unwrap();
         let mut first = [0u8; 1];
         assert_eq!(g.sock.read(&mut first).unwrap(), 1, "no byte; console:\n{}", g.console_tail());
