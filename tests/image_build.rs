@@ -7,15 +7,44 @@ use vmbench::image::{default_cache_dir, ensure, ImageRequest};
 
 #[test]
 fn image_builds_under_budget_and_is_cached() {
-    let req = ImageRequest { cache_dir: default_cache_dir(), agent: None, force: false };
+    let req = ImageRequest {
+        cache_dir: default_cache_dir(),
+        agent: None,
+        force: false,
+    };
     let log = |m: &str| eprintln!("image: {m}");
     let first = ensure(&req, &log).expect("image build");
-    assert!(first.initrd_bytes < 10 * 1024 * 1024, "initrd is {} bytes", first.initrd_bytes);
-    assert_eq!(std::fs::metadata(&first.initrd).unwrap().len(), first.initrd_bytes);
+    assert!(
+        first.initrd_bytes < 10 * 1024 * 1024,
+        "initrd is {} bytes",
+        first.initrd_bytes
+    );
+    assert_eq!(
+        std::fs::metadata(&first.initrd).unwrap().len(),
+        first.initrd_bytes
+    );
     assert!(first.kernel.exists());
-    assert!(first.versions.get("fio").is_some_and(|v| v.starts_with("fio-")), "{:?}", first.versions);
-    for k in ["kernel", "bonnie++", "e2fsprogs", "xfsprogs", "busybox", "agent"] {
-        assert!(first.versions.contains_key(k), "versions lack {k}: {:?}", first.versions);
+    assert!(
+        first
+            .versions
+            .get("fio")
+            .is_some_and(|v| v.starts_with("fio-")),
+        "{:?}",
+        first.versions
+    );
+    for k in [
+        "kernel",
+        "bonnie++",
+        "e2fsprogs",
+        "xfsprogs",
+        "busybox",
+        "agent",
+    ] {
+        assert!(
+            first.versions.contains_key(k),
+            "versions lack {k}: {:?}",
+            first.versions
+        );
     }
     let manifest: vmbench::image::ImageInfo =
         serde_json::from_slice(&std::fs::read(first.dir.join("manifest.json")).unwrap()).unwrap();

@@ -33,9 +33,30 @@ fn pad4(w: &mut impl Write, len: usize) -> io::Result<()> {
     w.write_all(&[0u8; 3][..pad])
 }
 
-fn header(w: &mut impl Write, ino: u32, mode: u32, size: usize, rdev: (u32, u32), name: &str) -> io::Result<()> {
+fn header(
+    w: &mut impl Write,
+    ino: u32,
+    mode: u32,
+    size: usize,
+    rdev: (u32, u32),
+    name: &str,
+) -> io::Result<()> {
     let namesize = name.len() + 1;
-    let fields = [ino, mode, 0, 0, 1, 0, size as u32, 0, 0, rdev.0, rdev.1, namesize as u32, 0];
+    let fields = [
+        ino,
+        mode,
+        0,
+        0,
+        1,
+        0,
+        size as u32,
+        0,
+        0,
+        rdev.0,
+        rdev.1,
+        namesize as u32,
+        0,
+    ];
     let mut h = String::from("070701");
     for f in fields {
         h.push_str(&format!("{f:08x}"));
@@ -56,9 +77,19 @@ pub fn write_archive(w: &mut impl Write, entries: &[Entry]) -> io::Result<()> {
             Kind::CharDev(a, b) => (0o020000, &[], (*a, *b)),
         };
         if data.len() > u32::MAX as usize {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is over 4 GiB", e.path)));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is over 4 GiB", e.path),
+            ));
         }
-        header(w, i as u32 + 1, ty | (e.perm & 0o7777), data.len(), rdev, &e.path)?;
+        header(
+            w,
+            i as u32 + 1,
+            ty | (e.perm & 0o7777),
+            data.len(),
+            rdev,
+            &e.path,
+        )?;
         w.write_all(data)?;
         pad4(w, data.len())?;
     }
@@ -72,11 +103,31 @@ mod tests {
 
     fn sample() -> Vec<Entry> {
         vec![
-            Entry { path: "etc".into(), perm: 0o755, kind: Kind::Dir },
-            Entry { path: "etc/a.txt".into(), perm: 0o644, kind: Kind::File(b"hello\n".to_vec()) },
-            Entry { path: "etc/odd".into(), perm: 0o600, kind: Kind::File(vec![7u8; 4097]) },
-            Entry { path: "etc/empty".into(), perm: 0o644, kind: Kind::File(vec![]) },
-            Entry { path: "etc/link".into(), perm: 0o777, kind: Kind::Symlink("a.txt".into()) },
+            Entry {
+                path: "etc".into(),
+                perm: 0o755,
+                kind: Kind::Dir,
+            },
+            Entry {
+                path: "etc/a.txt".into(),
+                perm: 0o644,
+                kind: Kind::File(b"hello\n".to_vec()),
+            },
+            Entry {
+                path: "etc/odd".into(),
+                perm: 0o600,
+                kind: Kind::File(vec![7u8; 4097]),
+            },
+            Entry {
+                path: "etc/empty".into(),
+                perm: 0o644,
+                kind: Kind::File(vec![]),
+            },
+            Entry {
+                path: "etc/link".into(),
+                perm: 0o777,
+                kind: Kind::Symlink("a.txt".into()),
+            },
         ]
     }
 
@@ -97,7 +148,11 @@ mod tests {
             .expect("cpio tool");
         c.stdin.take().unwrap().write_all(input).unwrap();
         let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "cpio failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cpio failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 
@@ -106,7 +161,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let list = cpio(&["-it", "--quiet"], &archive(), dir.path());
         let names: Vec<&str> = list.lines().collect();
-        assert_eq!(names, ["etc", "etc/a.txt", "etc/odd", "etc/empty", "etc/link"]);
+        assert_eq!(
+            names,
+            ["etc", "etc/a.txt", "etc/odd", "etc/empty", "etc/link"]
+        );
     }
 
     #[test]
@@ -118,7 +176,10 @@ mod tests {
         assert_eq!(std::fs::read(p.join("etc/a.txt")).unwrap(), b"hello\n");
         assert_eq!(std::fs::read(p.join("etc/odd")).unwrap(), vec![7u8; 4097]);
         assert_eq!(std::fs::read(p.join("etc/empty")).unwrap().len(), 0);
-        assert_eq!(std::fs::read_link(p.join("etc/link")).unwrap().to_str(), Some("a.txt"));
+        assert_eq!(
+            std::fs::read_link(p.join("etc/link")).unwrap().to_str(),
+            Some("a.txt")
+        );
         let mode = |f: &str| std::fs::metadata(p.join(f)).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode("etc/odd"), 0o600);
         assert_eq!(mode("etc/a.txt"), 0o644);
@@ -138,9 +199,16 @@ mod tests {
     fn char_device_listed_by_cpio() {
         let dir = tempfile::tempdir().unwrap();
         let mut buf = Vec::new();
-        let e = Entry { path: "dev/console".into(), perm: 0o600, kind: Kind::CharDev(5, 1) };
+        let e = Entry {
+            path: "dev/console".into(),
+            perm: 0o600,
+            kind: Kind::CharDev(5, 1),
+        };
         write_archive(&mut buf, &[e]).unwrap();
         let list = cpio(&["-itv", "--quiet"], &buf, dir.path());
-        assert!(list.starts_with('c') && list.contains("5,") && list.contains("dev/console"), "{list}");
+        assert!(
+            list.starts_with('c') && list.contains("5,") && list.contains("dev/console"),
+            "{list}"
+        );
     }
 }

@@ -9,13 +9,19 @@ pub struct BadElf(pub &'static str);
 const PT_INTERP: u32 = 3;
 
 fn u16_at(b: &[u8], o: usize) -> Result<u16, BadElf> {
-    b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]])).ok_or(BadElf("truncated"))
+    b.get(o..o + 2)
+        .map(|s| u16::from_le_bytes([s[0], s[1]]))
+        .ok_or(BadElf("truncated"))
 }
 fn u32_at(b: &[u8], o: usize) -> Result<u32, BadElf> {
-    b.get(o..o + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4]))).ok_or(BadElf("truncated"))
+    b.get(o..o + 4)
+        .map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+        .ok_or(BadElf("truncated"))
 }
 fn u64_at(b: &[u8], o: usize) -> Result<u64, BadElf> {
-    b.get(o..o + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8]))).ok_or(BadElf("truncated"))
+    b.get(o..o + 8)
+        .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+        .ok_or(BadElf("truncated"))
 }
 
 fn check_ident(b: &[u8]) -> Result<(), BadElf> {
@@ -35,7 +41,9 @@ pub fn has_interp(b: &[u8]) -> Result<bool, BadElf> {
     let phentsize = u16_at(b, 0x36)? as usize;
     let phnum = u16_at(b, 0x38)? as usize;
     for i in 0..phnum {
-        let off = phoff.checked_add(i * phentsize).ok_or(BadElf("bad phoff"))?;
+        let off = phoff
+            .checked_add(i * phentsize)
+            .ok_or(BadElf("bad phoff"))?;
         if u32_at(b, off)? == PT_INTERP {
             return Ok(true);
         }
@@ -52,16 +60,27 @@ pub fn section<'a>(b: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, BadElf> 
     let shstrndx = u16_at(b, 0x3E)? as usize;
     let sh = |i: usize| -> Result<(u32, usize, usize), BadElf> {
         let o = shoff + i * shentsize;
-        Ok((u32_at(b, o)?, u64_at(b, o + 24)? as usize, u64_at(b, o + 32)? as usize))
+        Ok((
+            u32_at(b, o)?,
+            u64_at(b, o + 24)? as usize,
+            u64_at(b, o + 32)? as usize,
+        ))
     };
     let (_, stroff, strsize) = sh(shstrndx)?;
-    let strtab = b.get(stroff..stroff + strsize).ok_or(BadElf("bad shstrtab"))?;
+    let strtab = b
+        .get(stroff..stroff + strsize)
+        .ok_or(BadElf("bad shstrtab"))?;
     for i in 0..shnum {
         let (nameoff, off, size) = sh(i)?;
-        let n = strtab.get(nameoff as usize..).ok_or(BadElf("bad section name"))?;
+        let n = strtab
+            .get(nameoff as usize..)
+            .ok_or(BadElf("bad section name"))?;
         let n = &n[..n.iter().position(|&c| c == 0).unwrap_or(n.len())];
         if n == name.as_bytes() {
-            return b.get(off..off + size).map(Some).ok_or(BadElf("section out of file"));
+            return b
+                .get(off..off + size)
+                .map(Some)
+                .ok_or(BadElf("section out of file"));
         }
     }
     Ok(None)

@@ -12,7 +12,11 @@ pub fn source_version(pkg: &str) -> Result<String, ImageError> {
     out.lines()
         .find_map(|l| l.strip_prefix("Version:"))
         .map(|v| v.trim().to_string())
-        .ok_or_else(|| ImageError::Parse(format!("apt-cache showsrc {pkg}: no Version (is there a deb-src entry?)")))
+        .ok_or_else(|| {
+            ImageError::Parse(format!(
+                "apt-cache showsrc {pkg}: no Version (is there a deb-src entry?)"
+            ))
+        })
 }
 
 /// Cache key of a build: source version and configure flags.
@@ -46,7 +50,11 @@ pub fn ensure_fio(
         let _ = std::fs::remove_dir_all(&src_root);
         std::fs::create_dir_all(&src_root).map_err(|e| ImageError::io(&src_root, e))?;
         progress(&format!("fetching {pkg} {version} source"));
-        run("apt-get", &["source", "--download-only", &format!("{pkg}={version}")], Some(&src_root))?;
+        run(
+            "apt-get",
+            &["source", "--download-only", &format!("{pkg}={version}")],
+            Some(&src_root),
+        )?;
         let dsc = std::fs::read_dir(&src_root)
             .map_err(|e| ImageError::io(&src_root, e))?
             .filter_map(|e| e.ok())
@@ -55,8 +63,11 @@ pub fn ensure_fio(
             .ok_or_else(|| ImageError::Parse(format!("no .dsc in {}", src_root.display())))?;
         run("dpkg-source", &["-x", &dsc, "tree"], Some(&src_root))?;
     }
-    let tree = find_tree(&src_root).ok_or_else(|| ImageError::Parse("fio source tree missing".into()))?;
-    progress(&format!("building static fio {version} (configure + make -j{jobs})"));
+    let tree =
+        find_tree(&src_root).ok_or_else(|| ImageError::Parse("fio source tree missing".into()))?;
+    progress(&format!(
+        "building static fio {version} (configure + make -j{jobs})"
+    ));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     run("./configure", &flags, Some(&tree))?;
     run("make", &[&format!("-j{jobs}"), "fio"], Some(&tree))?;
@@ -65,7 +76,9 @@ pub fn ensure_fio(
     if super::elf::has_interp(&bytes).map_err(|e| ImageError::Parse(e.to_string()))? {
         return Err(ImageError::NotStatic(built));
     }
-    let tmp = cache.join("fio").join(format!(".tmp-{}", std::process::id()));
+    let tmp = cache
+        .join("fio")
+        .join(format!(".tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| ImageError::io(&tmp, e))?;
     std::fs::copy(&built, tmp.join("fio")).map_err(|e| ImageError::io(&built, e))?;
@@ -82,7 +95,9 @@ fn find_tree(src_root: &Path) -> Option<PathBuf> {
 
 /// `fio --version` of a binary (runs on the host; it is static).
 pub fn version_of(fio: &Path) -> Result<String, ImageError> {
-    Ok(run(&fio.to_string_lossy(), &["--version"], None)?.trim().to_string())
+    Ok(run(&fio.to_string_lossy(), &["--version"], None)?
+        .trim()
+        .to_string())
 }
 
 #[cfg(test)]

@@ -35,7 +35,11 @@ pub fn resolve_package(meta: &str) -> Result<(String, String), ImageError> {
         .filter_map(|l| l.trim().strip_prefix("Depends:"))
         .map(|p| p.trim().to_string())
         .find(|p| p.starts_with("linux-image-"))
-        .ok_or_else(|| ImageError::Parse(format!("apt-cache depends {meta}: no linux-image-* dependency")))?;
+        .ok_or_else(|| {
+            ImageError::Parse(format!(
+                "apt-cache depends {meta}: no linux-image-* dependency"
+            ))
+        })?;
     let version = package_version(&pkg)?;
     Ok((pkg, version))
 }
@@ -56,9 +60,16 @@ pub fn download(pkg: &str, version: &str, debs: &Path, force: bool) -> Result<Pa
     if file.exists() && !force {
         return Ok(file);
     }
-    run("apt-get", &["download", &format!("{pkg}={version}")], Some(debs))?;
+    run(
+        "apt-get",
+        &["download", &format!("{pkg}={version}")],
+        Some(debs),
+    )?;
     if !file.exists() {
-        return Err(ImageError::Parse(format!("apt-get download did not produce {}", file.display())));
+        return Err(ImageError::Parse(format!(
+            "apt-get download did not produce {}",
+            file.display()
+        )));
     }
     Ok(file)
 }
@@ -81,13 +92,19 @@ pub fn release(root: &Path) -> Result<String, ImageError> {
     rels.sort();
     match rels.as_slice() {
         [one] => Ok(one.clone()),
-        _ => Err(ImageError::Parse(format!("expected one kernel release in {}, found {rels:?}", dir.display()))),
+        _ => Err(ImageError::Parse(format!(
+            "expected one kernel release in {}, found {rels:?}",
+            dir.display()
+        ))),
     }
 }
 
 /// Names listed in modules.builtin (built into the kernel, never loaded).
 pub fn parse_builtin(text: &str) -> BTreeSet<String> {
-    text.lines().filter(|l| !l.trim().is_empty()).map(mod_name).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(mod_name)
+        .collect()
 }
 
 /// Parses modules.dep text (`path: dep-path dep-path`) into name -> info.
@@ -97,11 +114,17 @@ pub fn parse_modules_dep(text: &str) -> Result<BTreeMap<String, ModInfo>, ImageE
         if line.trim().is_empty() || line.starts_with('#') {
             continue;
         }
-        let (path, deps) = line
-            .split_once(':')
-            .ok_or_else(|| ImageError::Parse(format!("modules.dep line {}: no ':' in {line:?}", n + 1)))?;
+        let (path, deps) = line.split_once(':').ok_or_else(|| {
+            ImageError::Parse(format!("modules.dep line {}: no ':' in {line:?}", n + 1))
+        })?;
         let depends = deps.split_whitespace().map(mod_name).collect();
-        out.insert(mod_name(path), ModInfo { path: path.trim().to_string(), depends });
+        out.insert(
+            mod_name(path),
+            ModInfo {
+                path: path.trim().to_string(),
+                depends,
+            },
+        );
     }
     Ok(out)
 }
@@ -110,8 +133,11 @@ pub fn parse_modules_dep(text: &str) -> Result<BTreeMap<String, ModInfo>, ImageE
 pub fn modules_dep_text(mods: &BTreeMap<String, ModInfo>) -> String {
     let mut s = String::new();
     for m in mods.values() {
-        let deps: Vec<&str> =
-            m.depends.iter().filter_map(|d| mods.get(d).map(|i| i.path.as_str())).collect();
+        let deps: Vec<&str> = m
+            .depends
+            .iter()
+            .filter_map(|d| mods.get(d).map(|i| i.path.as_str()))
+            .collect();
         s.push_str(&format!("{}: {}\n", m.path, deps.join(" ")).replace(": \n", ":\n"));
     }
     s
@@ -128,7 +154,11 @@ pub fn index_tree(moddir: &Path) -> Result<HashMap<String, String>, ImageError> 
             if p.is_dir() {
                 stack.push(p);
             } else if p.to_string_lossy().contains(".ko") {
-                let rel = p.strip_prefix(moddir).unwrap_or(&p).to_string_lossy().into_owned();
+                let rel = p
+                    .strip_prefix(moddir)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .into_owned();
                 out.insert(mod_name(&rel), rel);
             }
         }
@@ -153,14 +183,23 @@ pub fn modinfo_depends(module: &[u8]) -> Result<Vec<String>, ImageError> {
     Ok(info
         .split(|&b| b == 0)
         .filter_map(|f| f.strip_prefix(b"depends="))
-        .flat_map(|d| String::from_utf8_lossy(d).split(',').map(mod_name).collect::<Vec<_>>())
+        .flat_map(|d| {
+            String::from_utf8_lossy(d)
+                .split(',')
+                .map(mod_name)
+                .collect::<Vec<_>>()
+        })
         .filter(|d| !d.is_empty())
         .collect())
 }
 
 /// Collects `wanted` and everything they need from the module tree (reading `.modinfo`),
 /// skipping built-ins. Errors name modules that are neither in the tree nor built in.
-pub fn collect(moddir: &Path, wanted: &[String], builtin: &BTreeSet<String>) -> Result<BTreeMap<String, ModInfo>, ImageError> {
+pub fn collect(
+    moddir: &Path,
+    wanted: &[String],
+    builtin: &BTreeSet<String>,
+) -> Result<BTreeMap<String, ModInfo>, ImageError> {
     let index = index_tree(moddir)?;
     let mut out = BTreeMap::new();
     let mut todo: Vec<String> = wanted.iter().map(|w| mod_name(w)).collect();
@@ -168,17 +207,29 @@ pub fn collect(moddir: &Path, wanted: &[String], builtin: &BTreeSet<String>) -> 
         if out.contains_key(&name) || builtin.contains(&name) {
             continue;
         }
-        let path = index.get(&name).ok_or_else(|| ImageError::UnknownModule(name.clone()))?;
+        let path = index
+            .get(&name)
+            .ok_or_else(|| ImageError::UnknownModule(name.clone()))?;
         let depends = modinfo_depends(&read_module(&moddir.join(path))?)?;
         todo.extend(depends.iter().cloned());
-        out.insert(name, ModInfo { path: path.clone(), depends });
+        out.insert(
+            name,
+            ModInfo {
+                path: path.clone(),
+                depends,
+            },
+        );
     }
     Ok(out)
 }
 
 /// Load order for `wanted`: every module after its dependencies (depth-first), built-ins
 /// skipped, each once. Fails on an unknown module or a dependency cycle.
-pub fn load_order(wanted: &[String], mods: &BTreeMap<String, ModInfo>, builtin: &BTreeSet<String>) -> Result<Vec<String>, ImageError> {
+pub fn load_order(
+    wanted: &[String],
+    mods: &BTreeMap<String, ModInfo>,
+    builtin: &BTreeSet<String>,
+) -> Result<Vec<String>, ImageError> {
     fn visit(
         n: &str,
         mods: &BTreeMap<String, ModInfo>,
@@ -191,10 +242,16 @@ pub fn load_order(wanted: &[String], mods: &BTreeMap<String, ModInfo>, builtin: 
         }
         match state.get(n) {
             Some(true) => return Ok(()),
-            Some(false) => return Err(ImageError::Parse(format!("module dependency cycle through {n}"))),
+            Some(false) => {
+                return Err(ImageError::Parse(format!(
+                    "module dependency cycle through {n}"
+                )))
+            }
             None => {}
         }
-        let m = mods.get(n).ok_or_else(|| ImageError::UnknownModule(n.to_string()))?;
+        let m = mods
+            .get(n)
+            .ok_or_else(|| ImageError::UnknownModule(n.to_string()))?;
         state.insert(n.to_string(), false);
         for d in &m.depends {
             visit(d, mods, builtin, state, out)?;
@@ -217,7 +274,10 @@ mod tests {
 
     #[test]
     fn names_are_normalised() {
-        assert_eq!(mod_name("kernel/drivers/block/xen-blkfront.ko"), "xen_blkfront");
+        assert_eq!(
+            mod_name("kernel/drivers/block/xen-blkfront.ko"),
+            "xen_blkfront"
+        );
         assert_eq!(mod_name("kernel/fs/xfs/xfs.ko.xz"), "xfs");
         assert_eq!(mod_name("virtio_pci"), "virtio_pci");
     }
@@ -228,8 +288,14 @@ mod tests {
         let mods = parse_modules_dep(dep).unwrap();
         let builtin: BTreeSet<String> = ["e".to_string()].into();
         let o = load_order(&["a".into(), "d".into(), "b".into()], &mods, &builtin).unwrap();
-        assert_eq!(o, ["kernel/c.ko", "kernel/b.ko", "kernel/a.ko", "kernel/d.ko"]);
-        assert!(matches!(load_order(&["zz".into()], &mods, &builtin), Err(ImageError::UnknownModule(_))));
+        assert_eq!(
+            o,
+            ["kernel/c.ko", "kernel/b.ko", "kernel/a.ko", "kernel/d.ko"]
+        );
+        assert!(matches!(
+            load_order(&["zz".into()], &mods, &builtin),
+            Err(ImageError::UnknownModule(_))
+        ));
     }
 
     #[test]

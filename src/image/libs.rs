@@ -13,7 +13,11 @@ pub fn find_binary(name: &str) -> Result<PathBuf, ImageError> {
         .iter()
         .map(|d| Path::new(d).join(name))
         .find(|p| p.is_file())
-        .ok_or_else(|| ImageError::Parse(format!("binary {name} not found in {BIN_DIRS:?}; is its package installed?")))
+        .ok_or_else(|| {
+            ImageError::Parse(format!(
+                "binary {name} not found in {BIN_DIRS:?}; is its package installed?"
+            ))
+        })
 }
 
 /// Parses `ldd` output into the library paths it names (the interpreter included).
@@ -34,7 +38,11 @@ pub fn parse_ldd(text: &str) -> Vec<PathBuf> {
 pub fn libraries(bin: &Path) -> Result<Vec<PathBuf>, ImageError> {
     let out = run("ldd", &[&bin.to_string_lossy()], None)?;
     if let Some(l) = out.lines().find(|l| l.contains("not found")) {
-        return Err(ImageError::Parse(format!("{}: library {}", bin.display(), l.trim())));
+        return Err(ImageError::Parse(format!(
+            "{}: library {}",
+            bin.display(),
+            l.trim()
+        )));
     }
     Ok(parse_ldd(&out))
 }
@@ -61,19 +69,28 @@ mod tests {
         let t = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n\tlibmissing.so => not found\n";
         assert_eq!(
             parse_ldd(t),
-            [PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"), PathBuf::from("/lib64/ld-linux-x86-64.so.2")]
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
         );
     }
 
     #[test]
     fn real_mke2fs_needs_libc() {
         let libs = libraries(&find_binary("mke2fs").unwrap()).unwrap();
-        assert!(libs.iter().any(|l| l.to_string_lossy().contains("libc.so")), "{libs:?}");
+        assert!(
+            libs.iter().any(|l| l.to_string_lossy().contains("libc.so")),
+            "{libs:?}"
+        );
     }
 
     #[test]
     fn paths_map_into_merged_usr() {
-        assert_eq!(image_path(Path::new("/lib64/ld-linux-x86-64.so.2")), "usr/lib64/ld-linux-x86-64.so.2");
+        assert_eq!(
+            image_path(Path::new("/lib64/ld-linux-x86-64.so.2")),
+            "usr/lib64/ld-linux-x86-64.so.2"
+        );
         assert_eq!(image_path(Path::new("/usr/sbin/mke2fs")), "usr/sbin/mke2fs");
         assert_eq!(image_path(Path::new("/sbin/mkfs.xfs")), "usr/sbin/mkfs.xfs");
         assert_eq!(image_path(Path::new("/etc/x")), "etc/x");

@@ -93,7 +93,9 @@ pub enum ImageError {
     #[error("images/recipe.toml: {0}")]
     Recipe(#[from] toml::de::Error),
     /// A binary that must be static has a dynamic loader.
-    #[error("{0} is dynamically linked (has PT_INTERP); build it with -C target-feature=+crt-static")]
+    #[error(
+        "{0} is dynamically linked (has PT_INTERP); build it with -C target-feature=+crt-static"
+    )]
     NotStatic(PathBuf),
     /// A wanted module is neither in the kernel package nor built in.
     #[error("kernel module {0} is neither in the kernel package nor in modules.builtin")]
@@ -105,22 +107,36 @@ pub enum ImageError {
 
 impl ImageError {
     fn io(path: &Path, source: std::io::Error) -> Self {
-        ImageError::Io { path: path.to_path_buf(), source }
+        ImageError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
 fn command_line(prog: &str, args: &[&str]) -> String {
-    std::iter::once(prog).chain(args.iter().copied()).collect::<Vec<_>>().join(" ")
+    std::iter::once(prog)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Runs a command to completion and returns its stdout bytes; non-zero exit is an error.
-fn run_bytes_in(prog: &str, args: &[&str], cwd: Option<&Path>, env: &[(&str, &str)]) -> Result<Vec<u8>, ImageError> {
+fn run_bytes_in(
+    prog: &str,
+    args: &[&str],
+    cwd: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Result<Vec<u8>, ImageError> {
     let mut c = Command::new(prog);
     c.args(args).envs(env.iter().copied());
     if let Some(d) = cwd {
         c.current_dir(d);
     }
-    let out = c.output().map_err(|source| ImageError::Spawn { cmd: prog.to_string(), source })?;
+    let out = c.output().map_err(|source| ImageError::Spawn {
+        cmd: prog.to_string(),
+        source,
+    })?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err.lines().rev().take(15).collect();
@@ -164,14 +180,21 @@ struct Inputs {
 }
 
 fn dpkg_version(pkg: &str) -> Result<String, ImageError> {
-    Ok(run("dpkg-query", &["-W", "-f", "${Version}", pkg], None)?.trim().to_string())
+    Ok(run("dpkg-query", &["-W", "-f", "${Version}", pkg], None)?
+        .trim()
+        .to_string())
 }
 
 fn resolve(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<Inputs, ImageError> {
     let recipe = recipe::Recipe::embedded()?;
     let (kernel_pkg, kernel_version) = kernel::resolve_package(&recipe.kernel.package)?;
     let mut packages = BTreeMap::new();
-    for p in recipe.binaries.iter().map(|b| &b.package).chain([&recipe.busybox.package]) {
+    for p in recipe
+        .binaries
+        .iter()
+        .map(|b| &b.package)
+        .chain([&recipe.busybox.package])
+    {
         packages.insert(p.clone(), dpkg_version(p)?);
     }
     let fio_version = fio_build::source_version(&recipe.fio.source_package)?;
@@ -180,7 +203,9 @@ fn resolve(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<Inputs, ImageE
         None => build_agent(progress)?,
     };
     let agent = std::fs::read(&agent_path).map_err(|e| ImageError::io(&agent_path, e))?;
-    if elf::has_interp(&agent).map_err(|e| ImageError::Parse(format!("{}: {e}", agent_path.display())))? {
+    if elf::has_interp(&agent)
+        .map_err(|e| ImageError::Parse(format!("{}: {e}", agent_path.display())))?
+    {
         return Err(ImageError::NotStatic(agent_path));
     }
     let mut h = Sha256::new();
@@ -200,7 +225,15 @@ fn resolve(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<Inputs, ImageE
     feed("fio-flags", recipe.fio.configure_flags.join(" ").as_bytes());
     feed("agent", &Sha256::digest(&agent));
     let id = hex::encode(&h.finalize()[..8]);
-    Ok(Inputs { recipe, kernel_pkg, kernel_version, packages, fio_version, agent, id })
+    Ok(Inputs {
+        recipe,
+        kernel_pkg,
+        kernel_version,
+        packages,
+        fio_version,
+        agent,
+        id,
+    })
 }
 
 /// Builds the agent from this workspace as a static binary and returns its path.
@@ -211,9 +244,19 @@ fn build_agent(progress: &dyn Fn(&str)) -> Result<PathBuf, ImageError> {
     let td = target_dir.to_string_lossy().into_owned();
     run_bytes_in(
         "cargo",
-        &["build", "--release", "-p", "vmbench-agent", "--target", "x86_64-unknown-linux-gnu"],
+        &[
+            "build",
+            "--release",
+            "-p",
+            "vmbench-agent",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+        ],
         Some(ws),
-        &[("RUSTFLAGS", "-C target-feature=+crt-static"), ("CARGO_TARGET_DIR", &td)],
+        &[
+            ("RUSTFLAGS", "-C target-feature=+crt-static"),
+            ("CARGO_TARGET_DIR", &td),
+        ],
     )?;
     Ok(target_dir.join("x86_64-unknown-linux-gnu/release/vmbench-agent"))
 }
@@ -224,7 +267,10 @@ pub fn ensure(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, 
     let inputs = resolve(req, progress)?;
     let manifest = req.cache_dir.join(&inputs.id).join("manifest.json");
     if !req.force {
-        if let Some(info) = std::fs::read(&manifest).ok().and_then(|b| serde_json::from_slice::<ImageInfo>(&b).ok()) {
+        if let Some(info) = std::fs::read(&manifest)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ImageInfo>(&b).ok())
+        {
             if info.kernel.exists() && info.initrd.exists() {
                 progress(&format!("image {} is up to date", info.id));
                 return Ok(info);
@@ -241,12 +287,24 @@ pub fn build(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, I
     build_from(req, inputs, progress)
 }
 
-fn build_from(req: &ImageRequest, inp: Inputs, progress: &dyn Fn(&str)) -> Result<ImageInfo, ImageError> {
+fn build_from(
+    req: &ImageRequest,
+    inp: Inputs,
+    progress: &dyn Fn(&str),
+) -> Result<ImageInfo, ImageError> {
     let cache = &req.cache_dir;
     mkdir(cache)?;
-    let staging = tempfile::Builder::new().prefix(".staging-").tempdir_in(cache).map_err(|e| ImageError::io(cache, e))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".staging-")
+        .tempdir_in(cache)
+        .map_err(|e| ImageError::io(cache, e))?;
     progress(&format!("kernel {} {}", inp.kernel_pkg, inp.kernel_version));
-    let deb = kernel::download(&inp.kernel_pkg, &inp.kernel_version, &cache.join("debs"), req.force)?;
+    let deb = kernel::download(
+        &inp.kernel_pkg,
+        &inp.kernel_version,
+        &cache.join("debs"),
+        req.force,
+    )?;
     let root = staging.path().join("kernel");
     kernel::extract(&deb, &root)?;
     let rel = kernel::release(&root)?;
@@ -267,16 +325,23 @@ fn build_from(req: &ImageRequest, inp: Inputs, progress: &dyn Fn(&str)) -> Resul
     for b in &inp.recipe.binaries {
         versions.insert(b.package.clone(), inp.packages[&b.package].clone());
     }
-    versions.insert("busybox".to_string(), inp.packages[&inp.recipe.busybox.package].clone());
+    versions.insert(
+        "busybox".to_string(),
+        inp.packages[&inp.recipe.busybox.package].clone(),
+    );
     versions.insert("agent".to_string(), env!("CARGO_PKG_VERSION").to_string());
-    versions.insert("agent_sha256".to_string(), hex::encode(Sha256::digest(&inp.agent)));
+    versions.insert(
+        "agent_sha256".to_string(),
+        hex::encode(Sha256::digest(&inp.agent)),
+    );
     progress("assembling initramfs");
     let mut tree = Tree::default();
     tree.base(&inp.agent);
     add_modules(&mut tree, &root, &rel, &inp.recipe.kernel.modules)?;
     tree.file("usr/bin/fio", 0o755, read(&fio)?);
     add_binaries(&mut tree, &inp.recipe)?;
-    let vjson = serde_json::to_vec_pretty(&versions).map_err(|e| ImageError::Parse(e.to_string()))?;
+    let vjson =
+        serde_json::to_vec_pretty(&versions).map_err(|e| ImageError::Parse(e.to_string()))?;
     tree.file("etc/vmbench/versions.json", 0o644, vjson);
     let out = staging.path().join("image");
     mkdir(&out)?;
@@ -289,14 +354,20 @@ fn build_from(req: &ImageRequest, inp: Inputs, progress: &dyn Fn(&str)) -> Resul
         id: inp.id.clone(),
         kernel: dir.join("vmlinuz"),
         initrd: dir.join("initrd.zst"),
-        initrd_bytes: std::fs::metadata(&initrd).map_err(|e| ImageError::io(&initrd, e))?.len(),
+        initrd_bytes: std::fs::metadata(&initrd)
+            .map_err(|e| ImageError::io(&initrd, e))?
+            .len(),
         dir: dir.clone(),
         versions,
     };
-    let manifest = serde_json::to_vec_pretty(&info).map_err(|e| ImageError::Parse(e.to_string()))?;
+    let manifest =
+        serde_json::to_vec_pretty(&info).map_err(|e| ImageError::Parse(e.to_string()))?;
     write_file(&out.join("manifest.json"), &manifest)?;
     publish(&out, &dir)?;
-    progress(&format!("image {} ready: initrd {} bytes", info.id, info.initrd_bytes));
+    progress(&format!(
+        "image {} ready: initrd {} bytes",
+        info.id, info.initrd_bytes
+    ));
     Ok(info)
 }
 
@@ -318,9 +389,11 @@ fn publish(out: &Path, dir: &Path) -> Result<(), ImageError> {
     use std::os::unix::fs::PermissionsExt;
     for e in std::fs::read_dir(out).map_err(|e| ImageError::io(out, e))? {
         let p = e.map_err(|e| ImageError::io(out, e))?.path();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).map_err(|e| ImageError::io(&p, e))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| ImageError::io(&p, e))?;
     }
-    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755)).map_err(|e| ImageError::io(out, e))?;
+    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| ImageError::io(out, e))?;
     if dir.exists() {
         let old = dir.with_extension(format!("old-{}", std::process::id()));
         std::fs::rename(dir, &old).map_err(|e| ImageError::io(dir, e))?;
@@ -353,7 +426,11 @@ impl Tree {
             self.dir(parent);
         }
         self.seen.insert(path.to_string());
-        self.entries.push(Entry { path: path.to_string(), perm: 0o755, kind: Kind::Dir });
+        self.entries.push(Entry {
+            path: path.to_string(),
+            perm: 0o755,
+            kind: Kind::Dir,
+        });
     }
     fn add(&mut self, path: &str, perm: u32, kind: Kind) {
         if self.seen.contains(path) {
@@ -363,7 +440,11 @@ impl Tree {
             self.dir(parent);
         }
         self.seen.insert(path.to_string());
-        self.entries.push(Entry { path: path.to_string(), perm, kind });
+        self.entries.push(Entry {
+            path: path.to_string(),
+            perm,
+            kind,
+        });
     }
     fn file(&mut self, path: &str, perm: u32, data: Vec<u8>) {
         self.add(path, perm, Kind::File(data));
@@ -373,7 +454,19 @@ impl Tree {
     }
     /// The skeleton: merged-/usr links, mount points, the console node and /init.
     fn base(&mut self, agent: &[u8]) {
-        for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc/vmbench", "proc", "sys", "dev", "run", "tmp", "mnt/test"] {
+        for d in [
+            "usr/bin",
+            "usr/sbin",
+            "usr/lib",
+            "usr/lib64",
+            "etc/vmbench",
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            "tmp",
+            "mnt/test",
+        ] {
             self.dir(d);
         }
         for l in ["bin", "sbin", "lib", "lib64"] {
@@ -383,28 +476,47 @@ impl Tree {
         self.add("dev/console", 0o600, Kind::CharDev(5, 1));
         self.file("init", 0o755, agent.to_vec());
         // bonnie++ -u root looks the user up; glibc's built-in files backend reads these.
-        self.file("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n".to_vec());
+        self.file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
+        );
         self.file("etc/group", 0o644, b"root:x:0:\n".to_vec());
         self.dir("root");
     }
 }
 
-fn add_modules(tree: &mut Tree, root: &Path, rel: &str, wanted: &[String]) -> Result<(), ImageError> {
+fn add_modules(
+    tree: &mut Tree,
+    root: &Path,
+    rel: &str,
+    wanted: &[String],
+) -> Result<(), ImageError> {
     let moddir = root.join("lib/modules").join(rel);
     let builtin_path = moddir.join("modules.builtin");
-    let builtin = kernel::parse_builtin(&std::fs::read_to_string(&builtin_path).map_err(|e| ImageError::io(&builtin_path, e))?);
+    let builtin = kernel::parse_builtin(
+        &std::fs::read_to_string(&builtin_path).map_err(|e| ImageError::io(&builtin_path, e))?,
+    );
     let mods = kernel::collect(&moddir, wanted, &builtin)?;
     let order = kernel::load_order(wanted, &mods, &builtin)?;
     let mut order_text = String::new();
     for m in &order {
         // finit_module needs an uncompressed module here; store every one as plain .ko.
         let plain = m.strip_suffix(".xz").unwrap_or(m);
-        tree.file(&format!("usr/lib/modules/{rel}/{plain}"), 0o644, kernel::read_module(&moddir.join(m))?);
+        tree.file(
+            &format!("usr/lib/modules/{rel}/{plain}"),
+            0o644,
+            kernel::read_module(&moddir.join(m))?,
+        );
         order_text.push_str(plain);
         order_text.push('\n');
     }
     tree.file("etc/vmbench/modules.order", 0o644, order_text.into_bytes());
-    tree.file(&format!("usr/lib/modules/{rel}/modules.dep"), 0o644, kernel::modules_dep_text(&mods).into_bytes());
+    tree.file(
+        &format!("usr/lib/modules/{rel}/modules.dep"),
+        0o644,
+        kernel::modules_dep_text(&mods).into_bytes(),
+    );
     Ok(())
 }
 

@@ -77,7 +77,13 @@ mod tests {
     #[test]
     fn embedded_recipe_parses_and_names_the_needed_modules() {
         let r = Recipe::embedded().unwrap();
-        for m in ["virtio_blk", "virtio_console", "ext4", "xfs", "xen_blkfront"] {
+        for m in [
+            "virtio_blk",
+            "virtio_console",
+            "ext4",
+            "xfs",
+            "xen_blkfront",
+        ] {
             assert!(r.kernel.modules.iter().any(|x| x == m), "{m} missing");
         }
         assert!(r.fio.configure_flags.iter().any(|f| f == "--build-static"));
