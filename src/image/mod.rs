@@ -265,25 +265,62 @@ fn build_agent(progress: &dyn Fn(&str)) -> Result<PathBuf, ImageError> {
 /// `force` is set).
 pub fn ensure(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, ImageError> {
     let inputs = resolve(req, progress)?;
-    let manifest = req.cache_dir.join(&inputs.id).join("manifest.json");
     if !req.force {
-        if let Some(info) = std::fs::read(&manifest)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<ImageInfo>(&b).ok())
-        {
-            if info.kernel.exists() && info.initrd.exists() {
-                progress(&format!("image {} is up to date", info.id));
-                return Ok(info);
-            }
+        if let Some(info) = cached(&req.cache_dir, &inputs.id) {
+            progress(&format!("image {} is up to date", info.id));
+            return Ok(info);
+        }
+    }
+    let _lock = CacheLock::take(&req.cache_dir, progress)?;
+    // Another process may have built it while we waited for the lock.
+    if !req.force {
+        if let Some(info) = cached(&req.cache_dir, &inputs.id) {
+            progress(&format!("image {} was built meanwhile", info.id));
+            return Ok(info);
         }
     }
     build_from(req, inputs, progress)
+}
+
+/// The published image with this id, if complete.
+fn cached(cache: &Path, id: &str) -> Option<ImageInfo> {
+    let manifest = cache.join(id).join("manifest.json");
+    let info: ImageInfo = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
+    (info.id == id && info.kernel.exists() && info.initrd.exists()).then_some(info)
+}
+
+/// An exclusive flock on `cache_dir/.lock`, so concurrent builders (matrix runner, CLI) never
+/// share a staging tree or the fio source tree. Released when dropped (the fd closes).
+struct CacheLock(#[allow(dead_code)] std::fs::File);
+
+impl CacheLock {
+    fn take(cache: &Path, progress: &dyn Fn(&str)) -> Result<Self, ImageError> {
+        use std::os::fd::AsRawFd;
+        mkdir(cache)?;
+        let p = cache.join(".lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| ImageError::io(&p, e))?;
+        // SAFETY: flock on a valid fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            progress("waiting for another image build to finish");
+            // SAFETY: as above, blocking this time.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(ImageError::io(&p, std::io::Error::last_os_error()));
+            }
+        }
+        Ok(CacheLock(f))
+    }
 }
 
 /// Builds the image for the current inputs (reusing downloaded packages and the fio build
 /// unless `force`), replacing any image with the same id.
 pub fn build(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, ImageError> {
     let inputs = resolve(req, progress)?;
+    let _lock = CacheLock::take(&req.cache_dir, progress)?;
     build_from(req, inputs, progress)
 }
 

@@ -197,11 +197,27 @@ mod tests {
         fs::write(p, text).unwrap();
     }
 
-    fn tempdir(tag: &str) -> PathBuf {
+    /// A temp dir removed on drop, even when the test fails (the agent takes no tempfile dep).
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    impl std::ops::Deref for TempDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    fn tempdir(tag: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("agent-test-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
-        d
+        TempDir(d)
     }
 
     #[test]
@@ -251,7 +267,6 @@ mod tests {
         assert!(!has_virtio_console(&d));
         write(&d.join("bus/virtio/devices/virtio1/device"), "0x0003\n");
         assert!(has_virtio_console(&d));
-        fs::remove_dir_all(d).unwrap();
     }
 
     #[test]
@@ -275,7 +290,6 @@ mod tests {
         let err = resolve_disk(&v, "nope").unwrap_err();
         assert!(err.contains("vdb") && err.contains("sda"), "{err}");
         assert_eq!(resolve_disk(&v[2..], "nope").unwrap().name, "vdb");
-        fs::remove_dir_all(d).unwrap();
     }
 
     #[test]
@@ -297,7 +311,6 @@ mod tests {
             files_with_prefix(&d, "pg").unwrap(),
             ["pg_bw.1.log", "pg_iops.1.log"]
         );
-        fs::remove_dir_all(d).unwrap();
     }
 
     #[test]

@@ -190,3 +190,99 @@ fn poll_candidate(c: &mut Candidate, buf: &mut [u8]) -> Option<Vec<HostMsg>> {
         .collect();
     (!msgs.is_empty()).then_some(msgs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+
+    fn candidate() -> (Candidate, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let file = File::from(OwnedFd::from(a));
+        (
+            Candidate {
+                path: "/dev/hvc9".into(),
+                file,
+                decoder: LineDecoder::new(),
+            },
+            b,
+        )
+    }
+
+    #[test]
+    fn handshake_accepts_only_a_valid_host_frame() {
+        let (mut c, mut host) = candidate();
+        let mut buf = [0u8; 4096];
+        assert!(
+            poll_candidate(&mut c, &mut buf).is_none(),
+            "nothing sent yet"
+        );
+        host.write_all(b"login: \r\nnot json\n").unwrap();
+        assert!(
+            poll_candidate(&mut c, &mut buf).is_none(),
+            "console noise is not a host"
+        );
+        let mut frame = vmbench_proto::encode(&HostMsg::PowerOff).unwrap();
+        let tail = frame.split_off(5);
+        host.write_all(&frame).unwrap();
+        assert!(
+            poll_candidate(&mut c, &mut buf).is_none(),
+            "half a frame is not enough"
+        );
+        host.write_all(&tail).unwrap();
+        assert_eq!(
+            poll_candidate(&mut c, &mut buf),
+            Some(vec![HostMsg::PowerOff])
+        );
+    }
+
+    #[test]
+    fn concurrent_writers_never_interleave_frames() {
+        let (c, mut host) = candidate();
+        sys::set_nonblocking(&c.file, false).unwrap();
+        let w = Writer::new(c.file, "test");
+        let w2 = w.clone();
+        let beats = std::thread::spawn(move || {
+            for i in 0..200 {
+                w2.send(&GuestMsg::Heartbeat {
+                    job: Some(i),
+                    uptime_ms: i,
+                })
+                .unwrap();
+            }
+        });
+        let big = "x".repeat(300_000);
+        let bigs = std::thread::spawn(move || {
+            for _ in 0..5 {
+                w.send(&GuestMsg::Status {
+                    job: 1,
+                    step: 0,
+                    line: big.clone(),
+                })
+                .unwrap();
+            }
+        });
+        let mut dec = LineDecoder::new();
+        let (mut n_beats, mut n_big) = (0, 0);
+        let mut buf = vec![0u8; 65536];
+        while n_beats + n_big < 205 {
+            let n = host.read(&mut buf).unwrap();
+            assert!(n > 0, "writer side closed early");
+            for f in dec.push(&buf[..n]).unwrap() {
+                match vmbench_proto::decode::<GuestMsg>(&f).expect("interleaved or broken frame") {
+                    GuestMsg::Heartbeat { .. } => n_beats += 1,
+                    GuestMsg::Status { line, .. } => {
+                        assert_eq!(line.len(), 300_000);
+                        n_big += 1
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        beats.join().unwrap();
+        bigs.join().unwrap();
+        assert_eq!((n_beats, n_big), (200, 5));
+    }
+}
