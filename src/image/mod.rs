@@ -1,1 +1,578 @@
-//! image
+//! The guest image: a Debian kernel plus a zstd initramfs whose `/init` is the static
+//! vmbench-agent, with a static fio, bonnie++, mke2fs, mkfs.xfs and busybox.
+//!
+//! Images are content-addressed: the id hashes every input (recipe, package versions, fio
+//! source version and flags, agent binary), so [`ensure`] reuses `cache_dir/<id>` while nothing
+//! changed, and downloads (`cache_dir/debs`) and the fio build (`cache_dir/fio`) are cached
+//! separately so even a rebuild is cheap.
+
+pub mod cpio;
+pub mod elf;
+pub mod fio_build;
+pub mod kernel;
+pub mod libs;
+pub mod recipe;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use cpio::{Entry, Kind};
+
+/// Bumped whenever the builder's own output changes for the same inputs (the skeleton below,
+/// the layout): the id must change with it.
+const BUILDER_VERSION: &str = "2";
+/// zstd level for the initramfs (the kernel decompresses any level equally fast).
+const ZSTD_LEVEL: i32 = 19;
+
+/// What to build and where.
+#[derive(Debug, Clone)]
+pub struct ImageRequest {
+    /// Root of the image cache (`<id>/`, `debs/`, `src/`, `fio/`).
+    pub cache_dir: PathBuf,
+    /// A prebuilt static agent binary; `None` builds it from this workspace.
+    pub agent: Option<PathBuf>,
+    /// Rebuild and re-download everything, ignoring caches.
+    pub force: bool,
+}
+
+/// A built image, as written to `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageInfo {
+    /// Short hex content hash of the inputs.
+    pub id: String,
+    /// The image directory, `cache_dir/<id>`.
+    pub dir: PathBuf,
+    /// The kernel (`vmlinuz`).
+    pub kernel: PathBuf,
+    /// The zstd initramfs (`initrd.zst`).
+    pub initrd: PathBuf,
+    /// Size of the initramfs file.
+    pub initrd_bytes: u64,
+    /// Versions of everything inside (kernel, fio, bonnie++, e2fsprogs, xfsprogs, busybox,
+    /// agent), also in the guest's /etc/vmbench/versions.json.
+    pub versions: BTreeMap<String, String>,
+}
+
+/// Why an image could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// A tool could not be started.
+    #[error("could not run {cmd}: {source}")]
+    Spawn {
+        /// The command.
+        cmd: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A tool ran and failed.
+    #[error("{cmd} failed ({status}): {stderr}")]
+    Failed {
+        /// The command line.
+        cmd: String,
+        /// Its exit status.
+        status: String,
+        /// The tail of its stderr.
+        stderr: String,
+    },
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The embedded recipe is invalid.
+    #[error("images/recipe.toml: {0}")]
+    Recipe(#[from] toml::de::Error),
+    /// A binary that must be static has a dynamic loader.
+    #[error(
+        "{0} is dynamically linked (has PT_INTERP); build it with -C target-feature=+crt-static"
+    )]
+    NotStatic(PathBuf),
+    /// A wanted module is neither in the kernel package nor built in.
+    #[error("kernel module {0} is neither in the kernel package nor in modules.builtin")]
+    UnknownModule(String),
+    /// Tool output or a file was not what was expected.
+    #[error("{0}")]
+    Parse(String),
+}
+
+impl ImageError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        ImageError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+fn command_line(prog: &str, args: &[&str]) -> String {
+    std::iter::once(prog)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs a command to completion and returns its stdout bytes; non-zero exit is an error.
+fn run_bytes_in(
+    prog: &str,
+    args: &[&str],
+    cwd: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Result<Vec<u8>, ImageError> {
+    let mut c = Command::new(prog);
+    c.args(args).envs(env.iter().copied());
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    let out = c.output().map_err(|source| ImageError::Spawn {
+        cmd: prog.to_string(),
+        source,
+    })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(15).collect();
+        return Err(ImageError::Failed {
+            cmd: command_line(prog, args),
+            status: out.status.to_string(),
+            stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+        });
+    }
+    Ok(out.stdout)
+}
+
+fn run_bytes(prog: &str, args: &[&str]) -> Result<Vec<u8>, ImageError> {
+    run_bytes_in(prog, args, None, &[])
+}
+
+fn run(prog: &str, args: &[&str], cwd: Option<&Path>) -> Result<String, ImageError> {
+    Ok(String::from_utf8_lossy(&run_bytes_in(prog, args, cwd, &[])?).into_owned())
+}
+
+/// The default cache: /var/cache/vmbench/images for root, else the user's XDG cache.
+pub fn default_cache_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/cache/vmbench/images");
+    }
+    directories::BaseDirs::new()
+        .map(|b| b.cache_dir().join("vmbench/images"))
+        .unwrap_or_else(|| std::env::temp_dir().join("vmbench-images"))
+}
+
+/// Everything the image id depends on, resolved without downloading or compiling.
+struct Inputs {
+    recipe: recipe::Recipe,
+    kernel_pkg: String,
+    kernel_version: String,
+    packages: BTreeMap<String, String>,
+    fio_version: String,
+    agent: Vec<u8>,
+    id: String,
+}
+
+fn dpkg_version(pkg: &str) -> Result<String, ImageError> {
+    Ok(run("dpkg-query", &["-W", "-f", "${Version}", pkg], None)?
+        .trim()
+        .to_string())
+}
+
+fn resolve(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<Inputs, ImageError> {
+    let recipe = recipe::Recipe::embedded()?;
+    let (kernel_pkg, kernel_version) = kernel::resolve_package(&recipe.kernel.package)?;
+    let mut packages = BTreeMap::new();
+    for p in recipe
+        .binaries
+        .iter()
+        .map(|b| &b.package)
+        .chain([&recipe.busybox.package])
+    {
+        packages.insert(p.clone(), dpkg_version(p)?);
+    }
+    let fio_version = fio_build::source_version(&recipe.fio.source_package)?;
+    let agent_path = match &req.agent {
+        Some(p) => p.clone(),
+        None => build_agent(progress)?,
+    };
+    let agent = std::fs::read(&agent_path).map_err(|e| ImageError::io(&agent_path, e))?;
+    if elf::has_interp(&agent)
+        .map_err(|e| ImageError::Parse(format!("{}: {e}", agent_path.display())))?
+    {
+        return Err(ImageError::NotStatic(agent_path));
+    }
+    let mut h = Sha256::new();
+    let mut feed = |k: &str, v: &[u8]| {
+        h.update(k.as_bytes());
+        h.update(b"=");
+        h.update(v);
+        h.update(b"\n");
+    };
+    feed("builder", BUILDER_VERSION.as_bytes());
+    feed("recipe", recipe::RECIPE_TEXT.as_bytes());
+    feed(&kernel_pkg, kernel_version.as_bytes());
+    for (k, v) in &packages {
+        feed(k, v.as_bytes());
+    }
+    feed("fio-src", fio_version.as_bytes());
+    feed("fio-flags", recipe.fio.configure_flags.join(" ").as_bytes());
+    feed("agent", &Sha256::digest(&agent));
+    let id = hex::encode(&h.finalize()[..8]);
+    Ok(Inputs {
+        recipe,
+        kernel_pkg,
+        kernel_version,
+        packages,
+        fio_version,
+        agent,
+        id,
+    })
+}
+
+/// Builds the agent from this workspace as a static binary and returns its path.
+fn build_agent(progress: &dyn Fn(&str)) -> Result<PathBuf, ImageError> {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target_dir = ws.join("target/agent");
+    progress("building vmbench-agent (static)");
+    let td = target_dir.to_string_lossy().into_owned();
+    run_bytes_in(
+        "cargo",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "vmbench-agent",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+        ],
+        Some(ws),
+        &[
+            ("RUSTFLAGS", "-C target-feature=+crt-static"),
+            ("CARGO_TARGET_DIR", &td),
+        ],
+    )?;
+    Ok(target_dir.join("x86_64-unknown-linux-gnu/release/vmbench-agent"))
+}
+
+/// Returns the cached image for the current inputs, building it only when missing (or when
+/// `force` is set).
+pub fn ensure(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, ImageError> {
+    let inputs = resolve(req, progress)?;
+    if !req.force {
+        if let Some(info) = cached(&req.cache_dir, &inputs.id) {
+            progress(&format!("image {} is up to date", info.id));
+            return Ok(info);
+        }
+    }
+    let _lock = CacheLock::take(&req.cache_dir, progress)?;
+    // Another process may have built it while we waited for the lock.
+    if !req.force {
+        if let Some(info) = cached(&req.cache_dir, &inputs.id) {
+            progress(&format!("image {} was built meanwhile", info.id));
+            return Ok(info);
+        }
+    }
+    build_from(req, inputs, progress)
+}
+
+/// The published image with this id, if complete.
+fn cached(cache: &Path, id: &str) -> Option<ImageInfo> {
+    let manifest = cache.join(id).join("manifest.json");
+    let info: ImageInfo = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
+    (info.id == id && info.kernel.exists() && info.initrd.exists()).then_some(info)
+}
+
+/// An exclusive flock on `cache_dir/.lock`, so concurrent builders (matrix runner, CLI) never
+/// share a staging tree or the fio source tree. Released when dropped (the fd closes).
+struct CacheLock(#[allow(dead_code)] std::fs::File);
+
+impl CacheLock {
+    fn take(cache: &Path, progress: &dyn Fn(&str)) -> Result<Self, ImageError> {
+        use std::os::fd::AsRawFd;
+        mkdir(cache)?;
+        let p = cache.join(".lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| ImageError::io(&p, e))?;
+        // SAFETY: flock on a valid fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            progress("waiting for another image build to finish");
+            // SAFETY: as above, blocking this time.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(ImageError::io(&p, std::io::Error::last_os_error()));
+            }
+        }
+        Ok(CacheLock(f))
+    }
+}
+
+/// Builds the image for the current inputs (reusing downloaded packages and the fio build
+/// unless `force`), replacing any image with the same id.
+pub fn build(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, ImageError> {
+    let inputs = resolve(req, progress)?;
+    let _lock = CacheLock::take(&req.cache_dir, progress)?;
+    build_from(req, inputs, progress)
+}
+
+fn build_from(
+    req: &ImageRequest,
+    inp: Inputs,
+    progress: &dyn Fn(&str),
+) -> Result<ImageInfo, ImageError> {
+    let cache = &req.cache_dir;
+    mkdir(cache)?;
+    let staging = tempfile::Builder::new()
+        .prefix(".staging-")
+        .tempdir_in(cache)
+        .map_err(|e| ImageError::io(cache, e))?;
+    progress(&format!("kernel {} {}", inp.kernel_pkg, inp.kernel_version));
+    let deb = kernel::download(
+        &inp.kernel_pkg,
+        &inp.kernel_version,
+        &cache.join("debs"),
+        req.force,
+    )?;
+    let root = staging.path().join("kernel");
+    kernel::extract(&deb, &root)?;
+    let rel = kernel::release(&root)?;
+    let fio = fio_build::ensure_fio(
+        cache,
+        &inp.recipe.fio.source_package,
+        &inp.fio_version,
+        &inp.recipe.fio.configure_flags,
+        inp.recipe.fio.make_jobs,
+        req.force,
+        progress,
+    )?;
+    let mut versions = BTreeMap::new();
+    versions.insert("kernel".to_string(), inp.kernel_version.clone());
+    versions.insert("kernel_release".to_string(), rel.clone());
+    versions.insert("fio".to_string(), fio_build::version_of(&fio)?);
+    versions.insert("fio_source".to_string(), inp.fio_version.clone());
+    for b in &inp.recipe.binaries {
+        versions.insert(b.package.clone(), inp.packages[&b.package].clone());
+    }
+    versions.insert(
+        "busybox".to_string(),
+        inp.packages[&inp.recipe.busybox.package].clone(),
+    );
+    versions.insert("agent".to_string(), env!("CARGO_PKG_VERSION").to_string());
+    versions.insert(
+        "agent_sha256".to_string(),
+        hex::encode(Sha256::digest(&inp.agent)),
+    );
+    progress("assembling initramfs");
+    let mut tree = Tree::default();
+    tree.base(&inp.agent);
+    add_modules(&mut tree, &root, &rel, &inp.recipe.kernel.modules)?;
+    tree.file("usr/bin/fio", 0o755, read(&fio)?);
+    add_binaries(&mut tree, &inp.recipe)?;
+    let vjson =
+        serde_json::to_vec_pretty(&versions).map_err(|e| ImageError::Parse(e.to_string()))?;
+    tree.file("etc/vmbench/versions.json", 0o644, vjson);
+    let out = staging.path().join("image");
+    mkdir(&out)?;
+    let initrd = out.join("initrd.zst");
+    write_initrd(&initrd, &tree.entries)?;
+    let vmlinuz = root.join("boot").join(format!("vmlinuz-{rel}"));
+    std::fs::copy(&vmlinuz, out.join("vmlinuz")).map_err(|e| ImageError::io(&vmlinuz, e))?;
+    let dir = cache.join(&inp.id);
+    let info = ImageInfo {
+        id: inp.id.clone(),
+        kernel: dir.join("vmlinuz"),
+        initrd: dir.join("initrd.zst"),
+        initrd_bytes: std::fs::metadata(&initrd)
+            .map_err(|e| ImageError::io(&initrd, e))?
+            .len(),
+        dir: dir.clone(),
+        versions,
+    };
+    let manifest =
+        serde_json::to_vec_pretty(&info).map_err(|e| ImageError::Parse(e.to_string()))?;
+    write_file(&out.join("manifest.json"), &manifest)?;
+    publish(&out, &dir)?;
+    progress(&format!(
+        "image {} ready: initrd {} bytes",
+        info.id, info.initrd_bytes
+    ));
+    Ok(info)
+}
+
+fn mkdir(p: &Path) -> Result<(), ImageError> {
+    std::fs::create_dir_all(p).map_err(|e| ImageError::io(p, e))
+}
+
+fn read(p: &Path) -> Result<Vec<u8>, ImageError> {
+    std::fs::read(p).map_err(|e| ImageError::io(p, e))
+}
+
+fn write_file(p: &Path, data: &[u8]) -> Result<(), ImageError> {
+    std::fs::write(p, data).map_err(|e| ImageError::io(p, e))
+}
+
+/// Makes the image readable by QEMU's user (0755 dir, 0644 files) and moves it into place
+/// with a rename, so a crash never leaves a half image under its id.
+fn publish(out: &Path, dir: &Path) -> Result<(), ImageError> {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(out).map_err(|e| ImageError::io(out, e))? {
+        let p = e.map_err(|e| ImageError::io(out, e))?.path();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| ImageError::io(&p, e))?;
+    }
+    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| ImageError::io(out, e))?;
+    if dir.exists() {
+        let old = dir.with_extension(format!("old-{}", std::process::id()));
+        std::fs::rename(dir, &old).map_err(|e| ImageError::io(dir, e))?;
+        let _ = std::fs::remove_dir_all(&old);
+    }
+    std::fs::rename(out, dir).map_err(|e| ImageError::io(dir, e))
+}
+
+fn write_initrd(path: &Path, entries: &[Entry]) -> Result<(), ImageError> {
+    let f = std::fs::File::create(path).map_err(|e| ImageError::io(path, e))?;
+    let mut enc = zstd::stream::Encoder::new(f, ZSTD_LEVEL).map_err(|e| ImageError::io(path, e))?;
+    cpio::write_archive(&mut enc, entries).map_err(|e| ImageError::io(path, e))?;
+    let mut f = enc.finish().map_err(|e| ImageError::io(path, e))?;
+    f.flush().map_err(|e| ImageError::io(path, e))
+}
+
+/// The initramfs being assembled: entries in order, parents created on demand.
+#[derive(Default)]
+struct Tree {
+    entries: Vec<Entry>,
+    seen: std::collections::HashSet<String>,
+}
+
+impl Tree {
+    fn dir(&mut self, path: &str) {
+        if path.is_empty() || self.seen.contains(path) {
+            return;
+        }
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        self.seen.insert(path.to_string());
+        self.entries.push(Entry {
+            path: path.to_string(),
+            perm: 0o755,
+            kind: Kind::Dir,
+        });
+    }
+    fn add(&mut self, path: &str, perm: u32, kind: Kind) {
+        if self.seen.contains(path) {
+            return;
+        }
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        self.seen.insert(path.to_string());
+        self.entries.push(Entry {
+            path: path.to_string(),
+            perm,
+            kind,
+        });
+    }
+    fn file(&mut self, path: &str, perm: u32, data: Vec<u8>) {
+        self.add(path, perm, Kind::File(data));
+    }
+    fn symlink(&mut self, path: &str, target: &str) {
+        self.add(path, 0o777, Kind::Symlink(target.to_string()));
+    }
+    /// The skeleton: merged-/usr links, mount points, the console node and /init.
+    fn base(&mut self, agent: &[u8]) {
+        for d in [
+            "usr/bin",
+            "usr/sbin",
+            "usr/lib",
+            "usr/lib64",
+            "etc/vmbench",
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            "tmp",
+            "mnt/test",
+        ] {
+            self.dir(d);
+        }
+        for l in ["bin", "sbin", "lib", "lib64"] {
+            self.symlink(l, &format!("usr/{l}"));
+        }
+        // The kernel opens /dev/console for init's stdio before devtmpfs is mounted.
+        self.add("dev/console", 0o600, Kind::CharDev(5, 1));
+        self.file("init", 0o755, agent.to_vec());
+        // bonnie++ -u root looks the user up; glibc's built-in files backend reads these.
+        self.file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
+        );
+        self.file("etc/group", 0o644, b"root:x:0:\n".to_vec());
+        self.dir("root");
+    }
+}
+
+fn add_modules(
+    tree: &mut Tree,
+    root: &Path,
+    rel: &str,
+    wanted: &[String],
+) -> Result<(), ImageError> {
+    let moddir = root.join("lib/modules").join(rel);
+    let builtin_path = moddir.join("modules.builtin");
+    let builtin = kernel::parse_builtin(
+        &std::fs::read_to_string(&builtin_path).map_err(|e| ImageError::io(&builtin_path, e))?,
+    );
+    let mods = kernel::collect(&moddir, wanted, &builtin)?;
+    let order = kernel::load_order(wanted, &mods, &builtin)?;
+    let mut order_text = String::new();
+    for m in &order {
+        // finit_module needs an uncompressed module here; store every one as plain .ko.
+        let plain = m.strip_suffix(".xz").unwrap_or(m);
+        tree.file(
+            &format!("usr/lib/modules/{rel}/{plain}"),
+            0o644,
+            kernel::read_module(&moddir.join(m))?,
+        );
+        order_text.push_str(plain);
+        order_text.push('\n');
+    }
+    tree.file("etc/vmbench/modules.order", 0o644, order_text.into_bytes());
+    tree.file(
+        &format!("usr/lib/modules/{rel}/modules.dep"),
+        0o644,
+        kernel::modules_dep_text(&mods).into_bytes(),
+    );
+    Ok(())
+}
+
+fn add_binaries(tree: &mut Tree, recipe: &recipe::Recipe) -> Result<(), ImageError> {
+    for b in &recipe.binaries {
+        let host = libs::find_binary(&b.name)?;
+        tree.file(&libs::image_path(&host), 0o755, read(&host)?);
+        for lib in libs::libraries(&host)? {
+            tree.file(&libs::image_path(&lib), 0o755, read(&lib)?);
+        }
+    }
+    let bb = Path::new(&recipe.busybox.path);
+    let bb_data = read(bb)?;
+    if elf::has_interp(&bb_data).map_err(|e| ImageError::Parse(e.to_string()))? {
+        return Err(ImageError::NotStatic(bb.to_path_buf()));
+    }
+    tree.file("usr/bin/busybox", 0o755, bb_data);
+    for a in &recipe.busybox.applets {
+        tree.symlink(&format!("usr/bin/{a}"), "busybox");
+    }
+    Ok(())
+}

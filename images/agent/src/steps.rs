@@ -1,0 +1,276 @@
+//! Running a job's steps and reporting each one.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vmbench_proto::{Filesystem, GuestMsg, Job, Step, TEST_MOUNTPOINT};
+
+use crate::logic::{self, Tail};
+use crate::port::Writer;
+use crate::{log, sys};
+
+/// fio's working directory inside the guest.
+const JOB_DIR: &str = "/run/job";
+/// Lines of stderr kept for StepDone.
+const TAIL_LINES: usize = 20;
+/// Status lines are forwarded at most this often.
+const STATUS_EVERY: Duration = Duration::from_millis(500);
+
+/// What a step ended with.
+struct Outcome {
+    exit_code: i32,
+    stderr_tail: String,
+}
+
+impl Outcome {
+    fn ok() -> Self {
+        Self {
+            exit_code: 0,
+            stderr_tail: String::new(),
+        }
+    }
+}
+
+/// Runs every step in order, stopping at the first failure; always ends with JobDone.
+pub fn run_job(job: &Job, w: &Writer) {
+    let devs = logic::list_block_devices(Path::new("/sys"));
+    let disk = match logic::resolve_disk(&devs, &job.disk_serial) {
+        Ok(d) => format!("/dev/{}", d.name),
+        Err(message) => {
+            let _ = w.send(&GuestMsg::Error {
+                job: Some(job.id),
+                message,
+            });
+            let _ = w.send(&GuestMsg::JobDone {
+                job: job.id,
+                ok: false,
+            });
+            return;
+        }
+    };
+    let mut ok = true;
+    for (i, step) in job.steps.iter().enumerate() {
+        let idx = i as u32;
+        let start = Instant::now();
+        let out = run_step(job.id, idx, step, &disk, w).unwrap_or_else(|message| {
+            log(&format!("job {} step {idx}: {message}", job.id));
+            let _ = w.send(&GuestMsg::Error {
+                job: Some(job.id),
+                message: message.clone(),
+            });
+            Outcome {
+                exit_code: -1,
+                stderr_tail: message,
+            }
+        });
+        let _ = w.send(&GuestMsg::StepDone {
+            job: job.id,
+            step: idx,
+            exit_code: out.exit_code,
+            stderr_tail: out.stderr_tail,
+            duration_ms: start.elapsed().as_millis() as u64,
+        });
+        if out.exit_code != 0 {
+            ok = false;
+            break;
+        }
+    }
+    let _ = w.send(&GuestMsg::JobDone { job: job.id, ok });
+}
+
+fn run_step(job: u64, idx: u32, step: &Step, disk: &str, w: &Writer) -> Result<Outcome, String> {
+    match step {
+        Step::DropCaches => {
+            sys::sync();
+            write_proc("/proc/sys/vm/drop_caches", "3")?;
+            Ok(Outcome::ok())
+        }
+        Step::Mkfs { fs } => mkfs(*fs, disk),
+        Step::Fio {
+            job_text,
+            args,
+            output_name,
+            log_prefix,
+        } => {
+            let args: Vec<String> = args.iter().map(|a| logic::substitute(a, disk)).collect();
+            fio(
+                job,
+                idx,
+                &logic::substitute(job_text, disk),
+                &args,
+                output_name,
+                log_prefix.as_deref(),
+                w,
+            )
+        }
+        Step::Bonnie { args, output_name } => {
+            let args: Vec<String> = args.iter().map(|a| logic::substitute(a, disk)).collect();
+            bonnie(job, &args, output_name, w)
+        }
+        Step::Sysrq { key } => {
+            write_proc("/proc/sys/kernel/sysrq", "1")?;
+            write_proc("/proc/sysrq-trigger", &key.to_string())?;
+            Ok(Outcome::ok())
+        }
+    }
+}
+
+fn write_proc(path: &str, value: &str) -> Result<(), String> {
+    std::fs::write(path, value).map_err(|e| format!("writing {value:?} to {path}: {e}"))
+}
+
+fn mkfs(fs: Filesystem, disk: &str) -> Result<Outcome, String> {
+    let (prog, args, fstype): (&str, Vec<&str>, &str) = match fs {
+        Filesystem::Ext4 => ("mke2fs", vec!["-F", "-q", "-t", "ext4", disk], "ext4"),
+        Filesystem::Xfs => ("mkfs.xfs", vec!["-f", "-q", disk], "xfs"),
+    };
+    let out = Command::new(prog)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("starting {prog}: {e}"))?;
+    let tail = logic::tail_lines(&String::from_utf8_lossy(&out.stderr), TAIL_LINES);
+    let code = out.status.code().unwrap_or(-1);
+    if code != 0 {
+        return Ok(Outcome {
+            exit_code: code,
+            stderr_tail: tail,
+        });
+    }
+    sys::mount(disk, TEST_MOUNTPOINT, fstype, None).map_err(|e| e.to_string())?;
+    Ok(Outcome {
+        exit_code: 0,
+        stderr_tail: tail,
+    })
+}
+
+/// Collects the tail of a child's stderr on its own thread.
+fn tail_thread(stderr: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut t = Tail::new(TAIL_LINES);
+        for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
+            t.push(String::from_utf8_lossy(&line).into_owned());
+        }
+        t.text()
+    })
+}
+
+fn fio(
+    job: u64,
+    idx: u32,
+    text: &str,
+    args: &[String],
+    output_name: &str,
+    log_prefix: Option<&str>,
+    w: &Writer,
+) -> Result<Outcome, String> {
+    let dir = Path::new(JOB_DIR);
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {JOB_DIR}: {e}"))?;
+    std::fs::write(dir.join("job.fio"), text).map_err(|e| format!("writing job.fio: {e}"))?;
+    let mut child = Command::new("fio")
+        .current_dir(dir)
+        .arg("--output-format=json")
+        .arg(format!("--output={output_name}"))
+        .args(["--eta=always", "--eta-newline=1"])
+        .args(args)
+        .arg("job.fio")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting fio: {e}"))?;
+    let stderr = tail_thread(child.stderr.take().ok_or("fio stderr missing")?);
+    let stdout = child.stdout.take().ok_or("fio stdout missing")?;
+    forward_status(job, idx, stdout, w);
+    let status = child.wait().map_err(|e| format!("waiting for fio: {e}"))?;
+    let stderr_tail = stderr.join().unwrap_or_default();
+    let code = status.code().unwrap_or(-1);
+    let out_path = dir.join(output_name);
+    if out_path.exists() {
+        ship(job, output_name, &out_path, w)?;
+    } else if code == 0 {
+        return Err(format!("fio exited 0 but wrote no {output_name}"));
+    }
+    if let Some(prefix) = log_prefix.filter(|p| !p.is_empty()) {
+        let files = logic::files_with_prefix(dir, prefix).map_err(|e| e.to_string())?;
+        for f in files.iter().filter(|f| f.as_str() != output_name) {
+            ship(job, f, &dir.join(f), w)?;
+        }
+    }
+    Ok(Outcome {
+        exit_code: code,
+        stderr_tail,
+    })
+}
+
+/// Sends fio's eta lines (split on CR or LF) as Status, at most one per [`STATUS_EVERY`].
+fn forward_status(job: u64, step: u32, stdout: impl Read, w: &Writer) {
+    let mut last: Option<Instant> = None;
+    let mut r = BufReader::new(stdout);
+    let mut line = Vec::new();
+    let mut byte = [0u8; 4096];
+    let mut emit = |raw: &[u8]| {
+        let s = String::from_utf8_lossy(raw).trim().to_string();
+        if s.is_empty() || last.is_some_and(|t| t.elapsed() < STATUS_EVERY) {
+            return;
+        }
+        last = Some(Instant::now());
+        let _ = w.send(&GuestMsg::Status { job, step, line: s });
+    };
+    while let Ok(n) = r.read(&mut byte) {
+        if n == 0 {
+            break;
+        }
+        for &b in &byte[..n] {
+            if b == b'\n' || b == b'\r' {
+                emit(&line);
+                line.clear();
+            } else if line.len() < 4096 {
+                line.push(b);
+            }
+        }
+    }
+    emit(&line);
+}
+
+/// Sends a file as Blob chunks; it must be UTF-8 text.
+fn ship(job: u64, name: &str, path: &Path, w: &Writer) -> Result<(), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8 text"))?;
+    send_text(job, name, &text, w)
+}
+
+fn send_text(job: u64, name: &str, text: &str, w: &Writer) -> Result<(), String> {
+    let chunks = vmbench_proto::chunk_text(text);
+    let n = chunks.len();
+    for (seq, data) in chunks.into_iter().enumerate() {
+        let msg = GuestMsg::Blob {
+            job,
+            name: name.to_string(),
+            seq: seq as u32,
+            last: seq + 1 == n,
+            data: data.to_string(),
+        };
+        w.send(&msg)
+            .map_err(|e| format!("sending blob {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn bonnie(job: u64, args: &[String], output_name: &str, w: &Writer) -> Result<Outcome, String> {
+    let out = Command::new("bonnie++")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("starting bonnie++: {e}"))?;
+    let text =
+        String::from_utf8(out.stdout).map_err(|_| "bonnie++ output is not UTF-8".to_string())?;
+    send_text(job, output_name, &text, w)?;
+    Ok(Outcome {
+        exit_code: out.status.code().unwrap_or(-1),
+        stderr_tail: logic::tail_lines(&String::from_utf8_lossy(&out.stderr), TAIL_LINES),
+    })
+}

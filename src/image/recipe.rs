@@ -1,0 +1,97 @@
+//! The image recipe (images/recipe.toml), embedded at compile time.
+
+use serde::Deserialize;
+
+/// The recipe text; hashed into the image id.
+pub const RECIPE_TEXT: &str = include_str!("../../images/recipe.toml");
+
+/// What goes into the image.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// The kernel and its modules.
+    pub kernel: KernelRecipe,
+    /// The fio build.
+    pub fio: FioRecipe,
+    /// Host binaries copied with their libraries.
+    pub binaries: Vec<Binary>,
+    /// busybox and its applet links.
+    pub busybox: Busybox,
+}
+
+/// Kernel part of the recipe.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelRecipe {
+    /// Metapackage naming the kernel (`linux-image-amd64`).
+    pub package: String,
+    /// Modules to load at boot, by name (dependencies are added).
+    pub modules: Vec<String>,
+}
+
+/// fio part of the recipe.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FioRecipe {
+    /// Debian source package.
+    pub source_package: String,
+    /// `./configure` flags.
+    pub configure_flags: Vec<String>,
+    /// `make -j` value.
+    pub make_jobs: u32,
+}
+
+/// A host binary to copy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binary {
+    /// File name, looked up in the sbin/bin directories.
+    pub name: String,
+    /// The Debian package that provides it (its version goes into the id).
+    pub package: String,
+}
+
+/// busybox part of the recipe.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Busybox {
+    /// Host path of the static busybox.
+    pub path: String,
+    /// Its Debian package.
+    pub package: String,
+    /// Applets linked in /usr/bin.
+    pub applets: Vec<String>,
+}
+
+impl Recipe {
+    /// Parses the embedded recipe.
+    pub fn embedded() -> Result<Self, toml::de::Error> {
+        toml::from_str(RECIPE_TEXT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_recipe_parses_and_names_the_needed_modules() {
+        let r = Recipe::embedded().unwrap();
+        for m in [
+            "virtio_blk",
+            "virtio_console",
+            "ext4",
+            "xfs",
+            "xen_blkfront",
+        ] {
+            assert!(r.kernel.modules.iter().any(|x| x == m), "{m} missing");
+        }
+        assert!(r.fio.configure_flags.iter().any(|f| f == "--build-static"));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let bad = RECIPE_TEXT.replace("[fio]", "[fio]\nsurprise = 1");
+        assert!(toml::from_str::<Recipe>(&bad).is_err());
+    }
+}
