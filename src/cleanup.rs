@@ -17,7 +17,11 @@ pub struct RunLock {
 impl RunLock {
     /// Takes the run directory's lock (fails if another process holds it).
     pub fn acquire(run_dir: &Path) -> std::io::Result<RunLock> {
-        let f = File::options().create(true).truncate(false).write(true).open(run_dir.join("lock"))?;
+        let f = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(run_dir.join("lock"))?;
         nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
             .map(|l| RunLock { _lock: l })
             .map_err(|(_, e)| std::io::Error::from(e))
@@ -26,7 +30,9 @@ impl RunLock {
 
 /// True when a live process holds the run's lock.
 pub fn run_is_live(run_dir: &Path) -> bool {
-    let Ok(f) = File::options().write(true).open(run_dir.join("lock")) else { return false };
+    let Ok(f) = File::options().write(true).open(run_dir.join("lock")) else {
+        return false;
+    };
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err()
 }
 
@@ -41,11 +47,18 @@ pub struct Report {
 pub fn run(a: &CleanupArgs) -> anyhow::Result<i32> {
     let mut rep = Report::default();
     let dead = dead_runs(&a.runs_dir, a.run.as_deref());
-    let live: Vec<String> = list_runs(&a.runs_dir).into_iter().filter(|d| run_is_live(d)).filter_map(|d| name(&d)).collect();
+    let live: Vec<String> = list_runs(&a.runs_dir)
+        .into_iter()
+        .filter(|d| run_is_live(d))
+        .filter_map(|d| name(&d))
+        .collect();
     match Libvirt::connect(&a.connect) {
         Ok(conn) => {
             for d in conn.marked_domains(a.run.as_deref())? {
-                if live.iter().any(|r| d.marker.contains(&format!("run=\"{r}\""))) {
+                if live
+                    .iter()
+                    .any(|r| d.marker.contains(&format!("run=\"{r}\"")))
+                {
                     continue;
                 }
                 rep.lines.push(format!("domain {}", d.name));
@@ -54,7 +67,9 @@ pub fn run(a: &CleanupArgs) -> anyhow::Result<i32> {
                 }
             }
         }
-        Err(e) => rep.lines.push(format!("(libvirt not reachable, domains not checked: {e})")),
+        Err(e) => rep
+            .lines
+            .push(format!("(libvirt not reachable, domains not checked: {e})")),
     }
     for run in &dead {
         clean_run_dir(run, a.dry_run, &mut rep);
@@ -63,14 +78,26 @@ pub fn run(a: &CleanupArgs) -> anyhow::Result<i32> {
         println!("nothing to clean up");
     }
     for l in &rep.lines {
-        println!("{}{l}", if a.dry_run { "would remove " } else { "removed " });
+        println!(
+            "{}{l}",
+            if a.dry_run {
+                "would remove "
+            } else {
+                "removed "
+            }
+        );
     }
     Ok(0)
 }
 
 fn list_runs(root: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(root)
-        .map(|it| it.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.join("run.json").is_file()).collect())
+        .map(|it| {
+            it.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.join("run.json").is_file())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -90,16 +117,25 @@ fn dead_runs(root: &Path, only: Option<&str>) -> Vec<PathBuf> {
 
 fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
     for pidfile in pid_files(&run.join("servers")) {
-        let Some(pid) = std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse::<i32>().ok()) else { continue };
+        let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let comm = comm.trim();
         // Only the servers vmbench starts; a recycled pid of another program is left alone.
         if !matches!(comm, "ganesha.nfsd" | "tgtd" | "rpcbind") {
             continue;
         }
-        rep.lines.push(format!("server {comm} (pid {pid}, {})", pidfile.display()));
+        rep.lines
+            .push(format!("server {comm} (pid {pid}, {})", pidfile.display()));
         if !dry {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
     let marker = run.join("work-dir");
@@ -126,7 +162,9 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
 
 fn pid_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let Ok(it) = std::fs::read_dir(dir) else { return out };
+    let Ok(it) = std::fs::read_dir(dir) else {
+        return out;
+    };
     for e in it.flatten() {
         let p = e.path();
         if p.is_dir() {

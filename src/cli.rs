@@ -61,9 +61,9 @@ pub struct ImageArgs {
     /// Use this static agent binary instead of building it.
     #[arg(long)]
     pub agent: Option<PathBuf>,
-    /// Rebuild even when the cache is warm.
+    /// Rebuild the image even when the cache is warm.
     #[arg(long)]
-    pub force: bool,
+    pub rebuild: bool,
 }
 
 /// The history database.
@@ -384,10 +384,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         apply_connect(&mut c, spec)?;
     }
     for r in &a.exclude {
-        c.exclude.push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
+        c.exclude
+            .push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
     }
     for r in &a.include {
-        c.include.push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
+        c.include
+            .push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
     }
     let s = &mut c.storage;
     macro_rules! opt {
@@ -438,25 +440,51 @@ mod tests {
         let mut full = vec!["vmbench", "matrix"];
         full.extend(v);
         let cli = Cli::try_parse_from(full).map_err(|e| CliError::Usage(e.to_string()))?;
-        let Command::Matrix(m) = cli.command else { unreachable!() };
+        let Command::Matrix(m) = cli.command else {
+            unreachable!()
+        };
         matrix_config(&m)
     }
 
     #[test]
     fn cli_overrides_and_errors() {
-        let c = args(&["--hypervisor", "kvm,qemu", "--format", "raw", "--runtime", "5"]).unwrap();
+        let c = args(&[
+            "--hypervisor",
+            "kvm,qemu",
+            "--format",
+            "raw",
+            "--runtime",
+            "5",
+        ])
+        .unwrap();
         assert_eq!(c.hypervisor, vec![Hypervisor::Kvm, Hypervisor::Qemu]);
         assert_eq!(c.runtime, 5);
         let e = args(&["--backend", "ceph"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().contains("valid: local, block, nfs, iscsi, lvm"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("valid: local, block, nfs, iscsi, lvm"),
+            "{e}"
+        );
         let e = args(&["--hypervisor", ""]).unwrap_err();
         assert!(e.to_string().contains("'hypervisor' is empty"), "{e}");
     }
 
     #[test]
+    fn clap_definitions_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
     fn connect_per_hypervisor() {
-        let c = args(&["--connect", "kvm=qemu+ssh://h1/system", "--connect", "xen=xen+ssh://h2"]).unwrap();
+        let c = args(&[
+            "--connect",
+            "kvm=qemu+ssh://h1/system",
+            "--connect",
+            "xen=xen+ssh://h2",
+        ])
+        .unwrap();
         assert_eq!(c.uri(Hypervisor::Kvm), "qemu+ssh://h1/system");
         assert_eq!(c.uri(Hypervisor::Qemu), "qemu:///system");
         assert_eq!(c.uri(Hypervisor::Xen), "xen+ssh://h2");

@@ -25,15 +25,25 @@ pub struct Check {
 
 fn check(what: &str, r: Result<String, String>, bad: &'static str) -> Check {
     match r {
-        Ok(d) => Check { what: what.into(), status: "ok", detail: d },
-        Err(d) => Check { what: what.into(), status: bad, detail: d },
+        Ok(d) => Check {
+            what: what.into(),
+            status: "ok",
+            detail: d,
+        },
+        Err(d) => Check {
+            what: what.into(),
+            status: bad,
+            detail: d,
+        },
     }
 }
 
 /// Runs every check, prints the table; exit 0 when at least QEMU/TCG cells can run.
 pub async fn run(a: &DoctorArgs) -> i32 {
     let checks = checks(a).await;
-    let ok = checks.iter().any(|c| c.what == "hypervisor qemu (TCG)" && c.status == "ok");
+    let ok = checks
+        .iter()
+        .any(|c| c.what == "hypervisor qemu (TCG)" && c.status == "ok");
     println!("{}", tabled::Table::new(&checks).with(Style::sharp()));
     if ok {
         0
@@ -48,26 +58,45 @@ pub async fn checks(a: &DoctorArgs) -> Vec<Check> {
     let conn = Libvirt::connect(&a.connect);
     out.push(check(
         &format!("libvirt ({})", a.connect),
-        conn.as_ref().map(|c| format!("libvirt {}, QEMU {}", c.versions().0, c.versions().1)).map_err(|e| e.to_string()),
+        conn.as_ref()
+            .map(|c| format!("libvirt {}, QEMU {}", c.versions().0, c.versions().1))
+            .map_err(|e| e.to_string()),
         "missing",
     ));
     let image = find_image(a);
-    out.push(check("guest image", image.as_ref().map(|i| format!("{} ({} KiB)", i.id, i.initrd_bytes / 1024)).map_err(Clone::clone), "missing"));
+    out.push(check(
+        "guest image",
+        image
+            .as_ref()
+            .map(|i| format!("{} ({} KiB)", i.id, i.initrd_bytes / 1024))
+            .map_err(Clone::clone),
+        "missing",
+    ));
     let tcg = match &conn {
         Ok(c) => qemu_tcg(c),
         Err(_) => Err("no libvirt connection".into()),
     };
     out.push(check("hypervisor qemu (TCG)", tcg, "unsupported"));
-    out.push(check("hypervisor kvm", kvm(a, conn.as_ref().ok(), image.as_ref().ok()).await, "unsupported"));
+    out.push(check(
+        "hypervisor kvm",
+        kvm(a, conn.as_ref().ok(), image.as_ref().ok()).await,
+        "unsupported",
+    ));
     out.push(check(
         &format!("hypervisor xen ({})", a.xen_connect),
-        Libvirt::connect(&a.xen_connect).map(|c| format!("libxl, Xen {}", c.versions().1)).map_err(|e| format!("no libxl connection: {e}")),
+        Libvirt::connect(&a.xen_connect)
+            .map(|c| format!("libxl, Xen {}", c.versions().1))
+            .map_err(|e| format!("no libxl connection: {e}")),
         "unsupported",
     ));
     for b in Backend::ALL {
         out.push(check(&format!("backend {b}"), backend(*b), "unsupported"));
     }
-    out.push(check("host fio (for --host-baseline)", tool_version("fio", &["--version"]), "missing"));
+    out.push(check(
+        "host fio (for --host-baseline)",
+        tool_version("fio", &["--version"]),
+        "missing",
+    ));
     out
 }
 
@@ -80,7 +109,11 @@ fn qemu_tcg(c: &Libvirt) -> Result<String, String> {
     }
 }
 
-async fn kvm(a: &DoctorArgs, conn: Option<&Libvirt>, image: Option<&crate::image::ImageInfo>) -> Result<String, String> {
+async fn kvm(
+    a: &DoctorArgs,
+    conn: Option<&Libvirt>,
+    image: Option<&crate::image::ImageInfo>,
+) -> Result<String, String> {
     if !Path::new("/dev/kvm").exists() {
         return Err("no /dev/kvm".into());
     }
@@ -100,7 +133,10 @@ async fn kvm(a: &DoctorArgs, conn: Option<&Libvirt>, image: Option<&crate::image
 fn backend(b: Backend) -> Result<String, String> {
     use crate::storage::StorageBackend;
     let probe: Box<dyn StorageBackend> = match b {
-        Backend::Local => Box::new(crate::storage::local::LocalBackend::new(std::env::temp_dir(), Default::default())),
+        Backend::Local => Box::new(crate::storage::local::LocalBackend::new(
+            std::env::temp_dir(),
+            crate::storage::local::Prealloc::Off,
+        )),
         Backend::Nfs => return embedded("nfs-ganesha", "ganesha.nfsd", "block-nfs.so"),
         Backend::Iscsi => return embedded("tgt", "tgtd", "block-iscsi.so"),
         Backend::Lvm => Box::new(crate::storage::lvm::LvmBackend::new(String::new(), None)),
@@ -109,31 +145,71 @@ fn backend(b: Backend) -> Result<String, String> {
     match probe.check() {
         Ok(()) => Ok("available".into()),
         // An LVM probe without a VG can only say whether device-mapper and lvm2 exist.
-        Err(u) if b == Backend::Lvm && u.0.contains("volume group") => Ok("device-mapper and lvm2 present; needs --lvm-vg".into()),
+        Err(u) if b == Backend::Lvm && u.0.contains("volume group") => {
+            Ok("device-mapper and lvm2 present; needs --lvm-vg".into())
+        }
         Err(u) => Err(u.0),
     }
 }
 
 fn embedded(pkg: &str, binary: &str, qemu_module: &str) -> Result<String, String> {
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).chain([Path::new("/usr/sbin").into()]).any(|d| d.join(binary).exists()))
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([Path::new("/usr/sbin").into()])
+                .any(|d| d.join(binary).exists())
+        })
         .unwrap_or(false);
     if !on_path {
         return Err(format!("{binary} not found (install {pkg})"));
     }
     let module = Path::new("/usr/lib/x86_64-linux-gnu/qemu").join(qemu_module);
     if !module.exists() {
-        return Err(format!("QEMU has no {qemu_module} (install qemu-block-extra)"));
+        return Err(format!(
+            "QEMU has no {qemu_module} (install qemu-block-extra)"
+        ));
     }
-    Ok(format!("embedded {pkg} on 127.0.0.1 (or an external server)"))
+    Ok(format!(
+        "embedded {pkg} on 127.0.0.1 (or an external server)"
+    ))
 }
 
 fn tool_version(prog: &str, args: &[&str]) -> Result<String, String> {
-    let o = std::process::Command::new(prog).args(args).output().map_err(|e| format!("{prog}: {e}"))?;
-    Ok(String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
+    let o = std::process::Command::new(prog)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    Ok(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string())
 }
 
 fn find_image(a: &DoctorArgs) -> Result<crate::image::ImageInfo, String> {
-    let cache = a.image.image_cache.clone().unwrap_or_else(crate::image::default_cache_dir);
-    crate::image::find_cached(&cache).ok_or_else(|| format!("none in {} (run `vmbench image build`)", cache.display()))
+    let cache = a
+        .image
+        .image_cache
+        .clone()
+        .unwrap_or_else(crate::image::default_cache_dir);
+    newest_image(&cache)
+        .ok_or_else(|| format!("none in {} (run `vmbench image build`)", cache.display()))
+}
+
+/// The most recently built image in the cache (doctor only looks; it never builds).
+fn newest_image(cache: &Path) -> Option<crate::image::ImageInfo> {
+    let mut found: Vec<(std::time::SystemTime, crate::image::ImageInfo)> = std::fs::read_dir(cache)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let m = e.path().join("manifest.json");
+            let t = std::fs::metadata(&m).and_then(|md| md.modified()).ok()?;
+            let info: crate::image::ImageInfo =
+                serde_json::from_str(&std::fs::read_to_string(&m).ok()?).ok()?;
+            info.initrd.is_file().then_some((t, info))
+        })
+        .collect();
+    found.sort_by_key(|(t, _)| *t);
+    found.pop().map(|(_, i)| i)
 }

@@ -16,12 +16,19 @@ fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { vmbench::error::EXIT_USAGE } else { 0 };
+            let code = if e.use_stderr() {
+                vmbench::error::EXIT_USAGE
+            } else {
+                0
+            };
             let _ = e.print();
             std::process::exit(code);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("vmbench: cannot start the runtime: {e}");
@@ -49,7 +56,9 @@ fn chain(e: &CliError) -> String {
 async fn dispatch(cmd: Command) -> Result<i32, CliError> {
     match cmd {
         Command::Matrix(a) => cmd_matrix(a).await,
-        Command::Image { action: ImageAction::Build(a) } => cmd_image(a).await,
+        Command::Image {
+            action: ImageAction::Build(a),
+        } => cmd_image(a).await,
         Command::Doctor(a) => Ok(doctor::run(&a).await),
         Command::Cleanup(a) => vmbench::cleanup::run(&a).map_err(CliError::Other),
         Command::Runs(a) => cmd_runs(&a),
@@ -63,9 +72,12 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
 
 fn image_request(a: &cli::ImageArgs) -> image::ImageRequest {
     image::ImageRequest {
-        cache_dir: a.image_cache.clone().unwrap_or_else(image::default_cache_dir),
+        cache_dir: a
+            .image_cache
+            .clone()
+            .unwrap_or_else(image::default_cache_dir),
         agent: a.agent.clone(),
-        force: a.force,
+        force: a.rebuild,
     }
 }
 
@@ -107,15 +119,27 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     print_tables(&summary.record);
     eprintln!("results: {}", summary.dir.display());
     if summary.interrupted {
-        eprintln!("interrupted: finished cells are kept; continue with `vmbench matrix --resume {}`", summary.dir.display());
+        eprintln!(
+            "interrupted: finished cells are kept; continue with `vmbench matrix --resume {}`",
+            summary.dir.display()
+        );
         return Ok(EXIT_INTERRUPTED);
     }
-    let passed = summary.record.cells.iter().filter(|c| c.outcome == vmbench::results::Outcome::Passed).count();
+    let passed = summary
+        .record
+        .cells
+        .iter()
+        .filter(|c| c.outcome == vmbench::results::Outcome::Passed)
+        .count();
     if passed == 0 {
         eprintln!("vmbench: no cell could be measured on this host (see the reasons above; `vmbench doctor` checks the host)");
     }
     // A nightly job must not go green when nothing was measured.
-    Ok(if summary.failed() > 0 || passed == 0 { 1 } else { 0 })
+    Ok(if summary.failed() > 0 || passed == 0 {
+        1
+    } else {
+        0
+    })
 }
 
 fn check_job_file(p: &Path) -> Result<(), CliError> {
@@ -131,7 +155,10 @@ fn check_job_file(p: &Path) -> Result<(), CliError> {
 fn spawn_signal_handler(cancel: Arc<Cancel>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
             return;
         };
         tokio::select! {
@@ -152,13 +179,19 @@ fn print_tables(rec: &RunRecord) {
 
 async fn cmd_image(a: cli::ImageArgs) -> Result<i32, CliError> {
     let req = image_request(&a);
-    let info = tokio::task::spawn_blocking(move || image::ensure(&req, &|s: &str| eprintln!("image: {s}")))
-        .await
-        .map_err(|e| CliError::Other(e.into()))?
-        .map_err(|e| CliError::Other(e.into()))?;
+    let info = tokio::task::spawn_blocking(move || {
+        image::ensure(&req, &|s: &str| eprintln!("image: {s}"))
+    })
+    .await
+    .map_err(|e| CliError::Other(e.into()))?
+    .map_err(|e| CliError::Other(e.into()))?;
     println!("image {}", info.id);
     println!("  kernel    {}", info.kernel.display());
-    println!("  initramfs {} ({:.1} MiB)", info.initrd.display(), info.initrd_bytes as f64 / 1048576.0);
+    println!(
+        "  initramfs {} ({:.1} MiB)",
+        info.initrd.display(),
+        info.initrd_bytes as f64 / 1048576.0
+    );
     for (k, v) in &info.versions {
         println!("  {k:<10}{v}");
     }
@@ -175,14 +208,19 @@ fn load_run(spec: &str, db: &cli::DbArgs) -> Result<RunRecord, CliError> {
     }
     let store = Store::open(&db_path(db)).map_err(|e| CliError::Other(e.into()))?;
     let host = runner::hostname();
-    let id = store.resolve(spec, Some(&host)).map_err(|e| CliError::Usage(e.to_string()))?;
+    let id = store
+        .resolve(spec, Some(&host))
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     store.load_run(&id).map_err(|e| CliError::Other(e.into()))
 }
 
 fn write_out(path: &Option<PathBuf>, text: &str) -> Result<(), CliError> {
     match path {
-        Some(p) => std::fs::write(p, text).map_err(|e| CliError::Other(anyhow::anyhow!("{}: {e}", p.display()))),
-        None => std::io::stdout().write_all(text.as_bytes()).map_err(|e| CliError::Other(e.into())),
+        Some(p) => std::fs::write(p, text)
+            .map_err(|e| CliError::Other(anyhow::anyhow!("{}: {e}", p.display()))),
+        None => std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(|e| CliError::Other(e.into())),
     }
 }
 
@@ -192,8 +230,15 @@ fn cmd_runs(a: &cli::DbArgs) -> Result<i32, CliError> {
     if runs.is_empty() {
         println!("no runs in {}", db_path(a).display());
     }
+    println!(
+        "{:<24} {:<26} {:<16} {:>6} {:>6} {:>11} {:>7}  status",
+        "run", "started", "host", "passed", "failed", "unsupported", "skipped"
+    );
     for r in runs {
-        println!("{r}");
+        println!(
+            "{:<24} {:<26} {:<16} {:>6} {:>6} {:>11} {:>7}  {}",
+            r.run_id, r.started, r.host, r.passed, r.failed, r.unsupported, r.skipped, r.status
+        );
     }
     Ok(0)
 }
@@ -214,12 +259,19 @@ fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
 fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
     let base = load_run(&a.baseline, &a.db)?;
     let cand = load_run(&a.candidate, &a.db)?;
-    let mut opts = compare::CompareOptions { noise_threshold_pct: a.threshold, alpha: a.alpha, force: a.force, ..Default::default() };
+    let mut opts = compare::CompareOptions {
+        noise_threshold_pct: a.threshold,
+        alpha: a.alpha,
+        force: a.force,
+        ..Default::default()
+    };
     for t in &a.metric_threshold {
         let (k, v) = t
             .split_once('=')
             .and_then(|(k, v)| v.parse::<f64>().ok().map(|v| (k.to_string(), v)))
-            .ok_or_else(|| CliError::Usage(format!("--metric-threshold '{t}' is not KEY=PERCENT")))?;
+            .ok_or_else(|| {
+                CliError::Usage(format!("--metric-threshold '{t}' is not KEY=PERCENT"))
+            })?;
         opts.per_metric_threshold.insert(k, v);
     }
     let cmp = compare::compare(&base, &cand, &opts);
@@ -232,27 +284,40 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
 
 fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {
     let run = load_run(&a.run, &a.db)?;
-    let weights: compare::recommend::Weights = a.objective.parse().map_err(|e: compare::recommend::RecommendError| CliError::Usage(e.to_string()))?;
+    let weights: compare::recommend::Weights = a
+        .objective
+        .parse()
+        .map_err(|e: compare::recommend::RecommendError| CliError::Usage(e.to_string()))?;
     let ranked = compare::recommend::recommend(&run, a.workload.as_deref(), &weights)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     for r in ranked {
-        println!("{}. {:<40} score {:.2}  {}", r.rank, r.label, r.score, r.reason);
+        println!(
+            "{}. {:<40} score {:.2}  {}",
+            r.rank, r.label, r.score, r.reason
+        );
     }
     Ok(0)
 }
 
 fn cmd_export(a: &cli::ExportArgs) -> Result<i32, CliError> {
     let store = Store::open(&db_path(&a.db)).map_err(|e| CliError::Other(e.into()))?;
-    let id = store.resolve(&a.run, None).map_err(|e| CliError::Usage(e.to_string()))?;
-    let json = store.export_json(&id).map_err(|e| CliError::Other(e.into()))?;
+    let id = store
+        .resolve(&a.run, None)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let json = store
+        .export_json(&id)
+        .map_err(|e| CliError::Other(e.into()))?;
     write_out(&a.output, &json)?;
     Ok(0)
 }
 
 fn cmd_import(a: &cli::ImportArgs) -> Result<i32, CliError> {
-    let text = std::fs::read_to_string(&a.file).map_err(|e| CliError::Usage(format!("{}: {e}", a.file.display())))?;
+    let text = std::fs::read_to_string(&a.file)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", a.file.display())))?;
     let store = Store::open(&db_path(&a.db)).map_err(|e| CliError::Other(e.into()))?;
-    let id = store.import_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
+    let id = store
+        .import_json(&text)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     println!("imported run {id}");
     Ok(0)
 }

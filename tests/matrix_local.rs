@@ -6,23 +6,48 @@ use vmbench::results::Outcome;
 #[test]
 fn two_local_cells_qcow2_and_raw() {
     let s = Scratch::new();
-    let out = s.matrix(&["--hypervisor", "qemu", "--backend", "local", "--format", "qcow2,raw"]);
+    let out = s.matrix(&[
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local",
+        "--format",
+        "qcow2,raw",
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let (dir, rec) = s.run_record();
     assert_eq!(rec.cells.len(), 2);
     for c in &rec.cells {
         assert_real_randrw(c);
-        assert!(c.provenance.fio.starts_with("fio-"), "fio version recorded: {:?}", c.provenance);
+        assert!(
+            c.provenance.fio.starts_with("fio-"),
+            "fio version recorded: {:?}",
+            c.provenance
+        );
         assert!(c.timings.boot_to_hello_ms > 0);
     }
     // The seed-style table: metrics as rows, one column per cell.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("Read IOPS") && stdout.contains("qemu/local/qcow2") && stdout.contains("qemu/local/raw"), "{stdout}");
+    assert!(
+        stdout.contains("Read IOPS")
+            && stdout.contains("qemu/local/qcow2")
+            && stdout.contains("qemu/local/raw"),
+        "{stdout}"
+    );
     // Artifacts per cell.
-    let cells: Vec<_> = std::fs::read_dir(dir.join("cells")).unwrap().map(|e| e.unwrap().path()).collect();
+    let cells: Vec<_> = std::fs::read_dir(dir.join("cells"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(cells.len(), 2);
     for c in cells {
-        for f in ["domain.xml", "console.log", "fio.json", "result.json", "hello.json"] {
+        for f in [
+            "domain.xml",
+            "console.log",
+            "fio.json",
+            "result.json",
+            "hello.json",
+        ] {
             assert!(c.join(f).is_file(), "{} missing in {}", f, c.display());
         }
     }
@@ -36,10 +61,28 @@ fn kvm_that_cannot_boot_fails_its_cell_with_the_console_tail_and_the_run_goes_on
         return;
     }
     let s = Scratch::new();
-    let out = s.matrix(&["--hypervisor", "kvm,qemu", "--backend", "local", "--format", "raw", "--no-probe", "--boot-timeout", "20"]);
+    let out = s.matrix(&[
+        "--hypervisor",
+        "kvm,qemu",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--no-probe",
+        "--boot-timeout",
+        "20",
+    ]);
     let (_, rec) = s.run_record();
-    let kvm = rec.cells.iter().find(|c| c.cell.hypervisor == vmbench::cell::Hypervisor::Kvm).unwrap();
-    let qemu = rec.cells.iter().find(|c| c.cell.hypervisor == vmbench::cell::Hypervisor::Qemu).unwrap();
+    let kvm = rec
+        .cells
+        .iter()
+        .find(|c| c.cell.hypervisor == vmbench::cell::Hypervisor::Kvm)
+        .unwrap();
+    let qemu = rec
+        .cells
+        .iter()
+        .find(|c| c.cell.hypervisor == vmbench::cell::Hypervisor::Qemu)
+        .unwrap();
     match &kvm.outcome {
         Outcome::Failed(r) => {
             assert!(r.contains("hello"), "{r}");
@@ -58,7 +101,10 @@ fn kvm_that_cannot_boot_fails_its_cell_with_the_console_tail_and_the_run_goes_on
 fn bad_input_is_exit_2_and_creates_nothing() {
     let s = Scratch::new();
     for (args, want) in [
-        (vec!["--backend", "ceph"], "valid: local, block, nfs, iscsi, lvm"),
+        (
+            vec!["--backend", "ceph"],
+            "valid: local, block, nfs, iscsi, lvm",
+        ),
         (vec!["--format", "vmdk"], "valid: qcow2, raw"),
         (vec!["--workload", "nope"], "pg-randrw"),
         (vec!["--hypervisor", "kvm,,vmware"], "valid: kvm, qemu, xen"),
@@ -83,9 +129,22 @@ fn bad_input_is_exit_2_and_creates_nothing() {
 #[test]
 fn unreachable_libvirt_is_a_clear_unsupported_reason() {
     let s = Scratch::new();
-    let out = s.matrix(&["--backend", "local", "--format", "raw", "--connect", "qemu+unix:///system?socket=/nonexistent/sock"]);
-    assert_eq!(out.status.code(), Some(1), "nothing measured must not look green");
+    let out = s.matrix(&[
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--connect",
+        "qemu+unix:///system?socket=/nonexistent/sock",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nothing measured must not look green"
+    );
     let (_, rec) = s.run_record();
-    let Outcome::Unsupported(r) = &rec.cells[0].outcome else { panic!("{:?}", rec.cells[0].outcome) };
+    let Outcome::Unsupported(r) = &rec.cells[0].outcome else {
+        panic!("{:?}", rec.cells[0].outcome)
+    };
     assert!(r.contains("libvirtd running"), "{r}");
 }

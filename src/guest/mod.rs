@@ -129,11 +129,13 @@ impl Guest {
                 GuestMsg::Hello(h) if h.protocol == PROTOCOL_VERSION => {
                     return Ok(Guest { chan, hello: h })
                 }
-                GuestMsg::Hello(h) => return Err(GuestError::Protocol(format!(
+                GuestMsg::Hello(h) => {
+                    return Err(GuestError::Protocol(format!(
                     "agent speaks protocol {}, host speaks {PROTOCOL_VERSION}: rebuild the image \
                          (`vmbench image build`)",
                     h.protocol
-                ))),
+                )))
+                }
                 // A heartbeat may race the hello; anything else before hello is a violation.
                 GuestMsg::Heartbeat { .. } => continue,
                 GuestMsg::Error { message, .. } => return Err(GuestError::Agent(message)),

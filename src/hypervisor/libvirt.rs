@@ -282,6 +282,8 @@ fn connect_hint(uri: &str, msg: &str) -> String {
 impl Libvirt {
     /// The host capabilities XML.
     pub fn capabilities(&self) -> Result<String, LibvirtError> {
-        self.conn.get_capabilities().map_err(call_err("read capabilities"))
+        self.conn
+            .get_capabilities()
+            .map_err(call_err("read capabilities"))
     }
 }

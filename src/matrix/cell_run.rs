@@ -6,7 +6,7 @@
 use super::config::{parse_size, MatrixConfig};
 use super::progress::{parse_fio_eta, Output, Phase, Ui};
 use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
-use crate::guest::{channel::Channel, Guest, GuestError, JobEvent, JobLimits, JobOutput};
+use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec};
 use crate::image::ImageInfo;
@@ -81,7 +81,9 @@ struct CellFailure {
 
 impl<E: std::fmt::Display> From<E> for CellFailure {
     fn from(e: E) -> Self {
-        CellFailure { reason: e.to_string() }
+        CellFailure {
+            reason: e.to_string(),
+        }
     }
 }
 
@@ -98,13 +100,25 @@ pub async fn run_cell(
     let mut timings = Timings::default();
     let mut params = BTreeMap::new();
     let mut provenance = env.provenance.clone();
-    let res = attempt(env, backend, cell, seq, dir, &mut timings, &mut params, &mut provenance).await;
+    let res = attempt(
+        env,
+        backend,
+        cell,
+        seq,
+        dir,
+        &mut timings,
+        &mut params,
+        &mut provenance,
+    )
+    .await;
     timings.total_ms = t0.elapsed().as_millis() as u64;
     let (outcome, metrics, samples) = match res {
         Ok((m, s)) => (Outcome::Passed, m, s),
-        Err(f) if env.cancel.is_cancelled() => {
-            (Outcome::Failed(format!("interrupted: {}", f.reason)), vec![], BTreeMap::new())
-        }
+        Err(f) if env.cancel.is_cancelled() => (
+            Outcome::Failed(format!("interrupted: {}", f.reason)),
+            vec![],
+            BTreeMap::new(),
+        ),
         Err(f) => (Outcome::Failed(f.reason), vec![], BTreeMap::new()),
     };
     CellResult {
@@ -139,12 +153,17 @@ async fn attempt(
     let t = Instant::now();
     let cell_work = env.work_dir.join(format!("cell-{seq:03}"));
     make_dir(&cell_work, 0o711)?;
-    let disk = tokio::task::block_in_place(|| backend.provision(cell, plan.disk_bytes, &cell_work))?;
+    let disk =
+        tokio::task::block_in_place(|| backend.provision(cell, plan.disk_bytes, &cell_work))?;
     timings.provision_ms = t.elapsed().as_millis() as u64;
     params.extend(disk.params.clone());
     params.insert("disk_bytes".into(), disk.size_bytes.to_string());
     if cell.hypervisor == Hypervisor::Xen {
-        let dp = crate::hypervisor::xen::datapath(cell.backend, cell.format, cfg.storage.nfs_mount.is_some())?;
+        let dp = crate::hypervisor::xen::datapath(
+            cell.backend,
+            cell.format,
+            cfg.storage.nfs_mount.is_some(),
+        )?;
         params.insert("datapath".into(), dp.to_string());
     } else {
         params.insert("datapath".into(), "qemu".into());
@@ -170,33 +189,59 @@ async fn attempt(
     prov.guest_kernel = guest.hello.kernel.clone();
     prov.fio = guest.hello.fio_version.clone().unwrap_or_default();
     prov.bonnie = guest.hello.bonnie_version.clone().unwrap_or_default();
-    std::fs::write(dir.join("hello.json"), serde_json::to_vec_pretty(&guest.hello).unwrap_or_default())?;
+    std::fs::write(
+        dir.join("hello.json"),
+        serde_json::to_vec_pretty(&guest.hello).unwrap_or_default(),
+    )?;
 
     let t = Instant::now();
     if !plan.prep.is_empty() {
         env.ui.send(Output::Phase(Phase::Prefill));
-        let job = Job { id: 1, disk_serial: TEST_DISK_SERIAL.into(), steps: plan.prep.clone() };
+        let job = Job {
+            id: 1,
+            disk_serial: TEST_DISK_SERIAL.into(),
+            steps: plan.prep.clone(),
+        };
         let out = run_job(env, &mut guest, job, &console, |_| {}).await?;
         check_steps(&out, &plan.prep, &console)?;
     }
     drop_host_caches();
 
     let sources = Sources {
-        qemu_pid: (cell.hypervisor != Hypervisor::Xen).then(|| dom.qemu_pid()).flatten(),
+        qemu_pid: (cell.hypervisor != Hypervisor::Xen)
+            .then(|| dom.qemu_pid())
+            .flatten(),
         server_pid: env.server.map(|s| s.1),
         server_name: env.server.map(|s| s.0),
     };
     let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sampler = tokio::spawn(sample_window(dom.clone(), sources, cfg.ramp, ev_rx, cell.hypervisor));
-    env.ui.send(Output::Phase(if cfg.ramp > 0 { Phase::Ramp } else { Phase::Run }));
+    let sampler = tokio::spawn(sample_window(
+        dom.clone(),
+        sources,
+        cfg.ramp,
+        ev_rx,
+        cell.hypervisor,
+    ));
+    env.ui.send(Output::Phase(if cfg.ramp > 0 {
+        Phase::Ramp
+    } else {
+        Phase::Run
+    }));
     let ui = env.ui.clone();
     let ramp = cfg.ramp;
     let mut ramp_shown = false;
-    let job = Job { id: 2, disk_serial: TEST_DISK_SERIAL.into(), steps: plan.measure.clone() };
+    let job = Job {
+        id: 2,
+        disk_serial: TEST_DISK_SERIAL.into(),
+        steps: plan.measure.clone(),
+    };
     let measured = run_job(env, &mut guest, job, &console, |e| {
         if let JobEvent::Status { line, .. } = &e {
             if let Some((r, w)) = parse_fio_eta(line) {
-                ui.send(Output::Live { read_iops: r, write_iops: w });
+                ui.send(Output::Live {
+                    read_iops: r,
+                    write_iops: w,
+                });
             }
         }
         if let JobEvent::StepDone { step } = e {
@@ -222,7 +267,9 @@ async fn attempt(
     let t = Instant::now();
     let _ = guest.power_off().await;
     let d2 = dom.clone();
-    tokio::task::spawn_blocking(move || d2.wait_gone(Duration::from_secs(15))).await.ok();
+    tokio::task::spawn_blocking(move || d2.wait_gone(Duration::from_secs(15)))
+        .await
+        .ok();
     dom.destroy();
     timings.teardown_ms = t.elapsed().as_millis() as u64;
 
@@ -253,7 +300,11 @@ impl WorkPlan {
         if let Some(fs) = fs {
             prep.push(Step::Mkfs { fs });
         }
-        let target = if fs.is_some() { "{dir}/vmbench.fio" } else { "{disk}" };
+        let target = if fs.is_some() {
+            "{dir}/vmbench.fio"
+        } else {
+            "{disk}"
+        };
         let mut disk_bytes = cfg.disk_mib << 20;
         let measure = match engine {
             Engine::Fio => {
@@ -269,7 +320,12 @@ impl WorkPlan {
                 let job_text = fio::with_log_options(&job, LOG_PREFIX);
                 vec![
                     Step::DropCaches,
-                    Step::Fio { job_text, args: vec![], output_name: "fio.json".into(), log_prefix: Some(LOG_PREFIX.into()) },
+                    Step::Fio {
+                        job_text,
+                        args: vec![],
+                        output_name: "fio.json".into(),
+                        log_prefix: Some(LOG_PREFIX.into()),
+                    },
                 ]
             }
             Engine::Bonnie => {
@@ -278,7 +334,12 @@ impl WorkPlan {
                 vec![
                     Step::DropCaches,
                     Step::Bonnie {
-                        args: bonnie::default_args(cfg.memory_mib, TEST_MOUNTPOINT, cfg.bonnie_files, "vmbench"),
+                        args: bonnie::default_args(
+                            cfg.memory_mib,
+                            TEST_MOUNTPOINT,
+                            cfg.bonnie_files,
+                            "vmbench",
+                        ),
                         output_name: "bonnie.txt".into(),
                     },
                 ]
@@ -287,16 +348,27 @@ impl WorkPlan {
         let size = parse_size(&cfg.size).map_err(CellFailure::from)?;
         if engine == Engine::Fio && size > disk_bytes {
             return Err(CellFailure {
-                reason: format!("fio size {} is larger than the disk ({} MiB)", cfg.size, cfg.disk_mib),
+                reason: format!(
+                    "fio size {} is larger than the disk ({} MiB)",
+                    cfg.size, cfg.disk_mib
+                ),
             });
         }
-        Ok(WorkPlan { engine, disk_bytes, prep, measure })
+        Ok(WorkPlan {
+            engine,
+            disk_bytes,
+            prep,
+            measure,
+        })
     }
 
     fn parse(&self, out: &JobOutput) -> Result<Measured, CellFailure> {
         match self.engine {
             Engine::Fio => {
-                let text = out.artifacts.get("fio.json").ok_or("fio produced no JSON output")?;
+                let text = out
+                    .artifacts
+                    .get("fio.json")
+                    .ok_or("fio produced no JSON output")?;
                 let run = fio::parse(text).map_err(|e| format!("fio output: {e}"))?;
                 let logs: Vec<(String, String)> = out
                     .artifacts
@@ -307,7 +379,10 @@ impl WorkPlan {
                 Ok((fio::metrics(&run), fio::samples_from_logs(&logs)))
             }
             Engine::Bonnie => {
-                let text = out.artifacts.get("bonnie.txt").ok_or("bonnie++ produced no output")?;
+                let text = out
+                    .artifacts
+                    .get("bonnie.txt")
+                    .ok_or("bonnie++ produced no output")?;
                 let line = bonnie::find_csv_line(text).ok_or("bonnie++ output has no CSV line")?;
                 let run = bonnie::parse_csv(line).map_err(|e| format!("bonnie++ output: {e}"))?;
                 Ok((bonnie::metrics(&run), BTreeMap::new()))
@@ -319,13 +394,18 @@ impl WorkPlan {
 fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId) -> Result<String, CellFailure> {
     match w {
         WorkloadId::Preset(name) => {
-            let p = workload::PRESETS.iter().find(|p| &p.name == name).ok_or("unknown preset")?;
+            let p = workload::PRESETS
+                .iter()
+                .find(|p| &p.name == name)
+                .ok_or("unknown preset")?;
             Ok(fio::render_preset(p.job, cfg.runtime, cfg.ramp, &cfg.size))
         }
         WorkloadId::FioFile(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("job file {}: {e}", path.display()))?;
-            Ok(fio::check_user_job(&text).map_err(|e| format!("job file {}: {e}", path.display()))?.text)
+            Ok(fio::check_user_job(&text)
+                .map_err(|e| format!("job file {}: {e}", path.display()))?
+                .text)
         }
     }
 }
@@ -353,7 +433,7 @@ async fn run_job(
         .map_err(|e| with_console(&describe_guest_error(&e, console), console))
 }
 
-fn describe_guest_error(e: &GuestError, console: &Path) -> String {
+fn describe_guest_error(e: &str, console: &Path) -> String {
     let tail = read_tail(console, 60);
     if let Some(line) = tail.lines().find(|l| l.contains("Kernel panic")) {
         return format!("guest kernel panic: {}", line.trim());
@@ -378,10 +458,17 @@ fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), Ce
                     ),
                 })
             }
-            None => return Err(with_console(&format!("{} never finished", step_name(step)), console)),
+            None => {
+                return Err(with_console(
+                    &format!("{} never finished", step_name(step)),
+                    console,
+                ))
+            }
         }
     }
-    Err(CellFailure { reason: "job failed".into() })
+    Err(CellFailure {
+        reason: "job failed".into(),
+    })
 }
 
 fn step_name(s: &Step) -> &'static str {
@@ -406,12 +493,25 @@ async fn cancellable<T, E: std::fmt::Display>(
 
 fn with_console(reason: &str, console: &Path) -> CellFailure {
     let tail = read_tail(console, 15);
-    let tail = if tail.trim().is_empty() { "(console is empty: the guest printed nothing)".to_string() } else { tail };
-    CellFailure { reason: format!("{reason}\n  console tail ({}):\n{}", console.display(), indent(&tail)) }
+    let tail = if tail.trim().is_empty() {
+        "(console is empty: the guest printed nothing)".to_string()
+    } else {
+        tail
+    };
+    CellFailure {
+        reason: format!(
+            "{reason}\n  console tail ({}):\n{}",
+            console.display(),
+            indent(&tail)
+        ),
+    }
 }
 
 fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("    | {l}")).collect::<Vec<_>>().join("\n")
+    s.lines()
+        .map(|l| format!("    | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The last `n` lines of a file, lossily decoded (a console may carry any bytes).
@@ -511,7 +611,12 @@ impl Window {
 
 /// Host IOPS over fio's own measured runtime, so the collect time after fio exits (when no I/O
 /// happens) does not dilute them; the op counts themselves are window totals.
-fn rate_by_fio_runtime(m: &mut [Metric], _guest: &[Metric], _a: &metrics::Snapshot, _b: &metrics::Snapshot) {
+fn rate_by_fio_runtime(
+    m: &mut [Metric],
+    _guest: &[Metric],
+    _a: &metrics::Snapshot,
+    _b: &metrics::Snapshot,
+) {
     let _ = m;
 }
 
@@ -522,12 +627,17 @@ async fn sample_window(
     mut steps: tokio::sync::mpsc::UnboundedReceiver<u32>,
     hv: Hypervisor,
 ) -> Window {
-    let mut w = Window { xen: hv == Hypervisor::Xen, ..Default::default() };
+    let mut w = Window {
+        xen: hv == Hypervisor::Xen,
+        ..Default::default()
+    };
     let block = |d: &RunningDomain| {
         if hv == Hypervisor::Xen {
             return None;
         }
-        d.qmp(qmp::QUERY_BLOCKSTATS).ok().and_then(|a| qmp::parse_blockstats(&a).ok())
+        d.qmp(qmp::QUERY_BLOCKSTATS)
+            .ok()
+            .and_then(|a| qmp::parse_blockstats(&a).ok())
     };
     // Step 0 (drop caches) done: fio starts now; its ramp is excluded.
     loop {

@@ -176,7 +176,9 @@ impl MatrixConfig {
             ("xen_mode", self.xen_mode.is_empty()),
         ];
         if let Some((name, _)) = empty.iter().find(|(_, e)| *e) {
-            return Err(ConfigError::Invalid(format!("dimension '{name}' is empty: give at least one value")));
+            return Err(ConfigError::Invalid(format!(
+                "dimension '{name}' is empty: give at least one value"
+            )));
         }
         let positive = [
             ("repeat", self.repeat as u64),
@@ -189,7 +191,9 @@ impl MatrixConfig {
             return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
         }
         if self.memory_mib < 128 {
-            return Err(ConfigError::Invalid("'memory_mib' must be at least 128".into()));
+            return Err(ConfigError::Invalid(
+                "'memory_mib' must be at least 128".into(),
+            ));
         }
         if self.backend.contains(&Backend::Block) && self.storage.block_device.is_none() {
             return Err(ConfigError::Invalid(
@@ -198,14 +202,19 @@ impl MatrixConfig {
         }
         if self.storage.block_device.is_some() && !self.storage.allow_destroy {
             return Err(ConfigError::Invalid(
-                "--block-device destroys the device's contents: add --allow-destroy to confirm".into(),
+                "--block-device destroys the device's contents: add --allow-destroy to confirm"
+                    .into(),
             ));
         }
         if self.backend.contains(&Backend::Lvm) && self.storage.lvm_vg.is_none() {
-            return Err(ConfigError::Invalid("backend 'lvm' needs --lvm-vg VG".into()));
+            return Err(ConfigError::Invalid(
+                "backend 'lvm' needs --lvm-vg VG".into(),
+            ));
         }
         if self.storage.nfs.is_some() && self.storage.nfs_mount.is_some() {
-            return Err(ConfigError::Invalid("--nfs and --nfs-mount contradict each other: give one".into()));
+            return Err(ConfigError::Invalid(
+                "--nfs and --nfs-mount contradict each other: give one".into(),
+            ));
         }
         for rule in self.exclude.iter().chain(&self.include) {
             super::check_rule(rule)?;
@@ -220,16 +229,28 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("size '{s}' is not a number with an optional unit (k, M, G, T)"))?;
-    let mult: u64 = match unit.to_ascii_lowercase().trim_end_matches("ib").trim_end_matches('b') {
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("size '{s}' is not a number with an optional unit (k, M, G, T)"))?;
+    let mult: u64 = match unit
+        .to_ascii_lowercase()
+        .trim_end_matches("ib")
+        .trim_end_matches('b')
+    {
         "" => 1,
         "k" => 1 << 10,
         "m" => 1 << 20,
         "g" => 1 << 30,
         "t" => 1 << 40,
-        _ => return Err(format!("size '{s}': unknown unit '{unit}' (valid: k, M, G, T)")),
+        _ => {
+            return Err(format!(
+                "size '{s}': unknown unit '{unit}' (valid: k, M, G, T)"
+            ))
+        }
     };
-    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("size '{s}' is zero or too large"))
+    n.checked_mul(mult)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("size '{s}' is zero or too large"))
 }
 
 #[cfg(test)]
@@ -239,7 +260,9 @@ mod tests {
         assert_eq!(super::parse_size("200M"), Ok(200 << 20));
         assert_eq!(super::parse_size("1g"), Ok(1 << 30));
         assert_eq!(super::parse_size("4096"), Ok(4096));
-        assert!(super::parse_size("12X").unwrap_err().contains("valid: k, M, G, T"));
+        assert!(super::parse_size("12X")
+            .unwrap_err()
+            .contains("valid: k, M, G, T"));
         assert!(super::parse_size("0").is_err());
         assert!(super::parse_size("M").is_err());
     }
@@ -257,7 +280,10 @@ mod tests {
     fn defaults_are_the_readme_matrix() {
         let c = parse("").unwrap();
         assert_eq!(c, MatrixConfig::default());
-        assert_eq!(c.backend, vec![Backend::Local, Backend::Nfs, Backend::Iscsi]);
+        assert_eq!(
+            c.backend,
+            vec![Backend::Local, Backend::Nfs, Backend::Iscsi]
+        );
         c.validate().unwrap();
     }
 
@@ -279,7 +305,10 @@ mod tests {
         let e = parse("hypervisors = [\"kvm\"]\n").unwrap_err();
         assert!(e.contains("unknown field `hypervisors`"), "{e}");
         let e = parse("format = [\"vmdk\"]\n").unwrap_err();
-        assert!(e.contains("unknown format 'vmdk' (valid: qcow2, raw)"), "{e}");
+        assert!(
+            e.contains("unknown format 'vmdk' (valid: qcow2, raw)"),
+            "{e}"
+        );
         let e = parse("[storage]\nnfs_server = \"x\"\n").unwrap_err();
         assert!(e.contains("nfs_server"), "{e}");
         let e = parse("repeat = \"two\"\n").unwrap_err();
@@ -289,13 +318,34 @@ mod tests {
 
     #[test]
     fn contradictions_and_empties_are_refused() {
-        let mut c = MatrixConfig { format: vec![], ..Default::default() };
-        assert!(c.validate().unwrap_err().to_string().contains("'format' is empty"));
-        c = MatrixConfig { backend: vec![Backend::Block], ..Default::default() };
-        assert!(c.validate().unwrap_err().to_string().contains("--block-device"));
+        let mut c = MatrixConfig {
+            format: vec![],
+            ..Default::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("'format' is empty"));
+        c = MatrixConfig {
+            backend: vec![Backend::Block],
+            ..Default::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--block-device"));
         c.storage.block_device = Some("/dev/loop0".into());
-        assert!(c.validate().unwrap_err().to_string().contains("--allow-destroy"));
-        c = MatrixConfig { repeat: 0, ..Default::default() };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--allow-destroy"));
+        c = MatrixConfig {
+            repeat: 0,
+            ..Default::default()
+        };
         assert!(c.validate().unwrap_err().to_string().contains("'repeat'"));
         c = MatrixConfig::default();
         c.storage.nfs = Some("nfs://h/e".into());

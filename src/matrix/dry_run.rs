@@ -48,10 +48,17 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
     };
     let source = match cell.backend {
         Backend::Local => DiskSource::File {
-            path: cfg.storage.local_dir.clone().unwrap_or(run.join("work/local")).join(format!("{}.{ext}", cell.id())),
+            path: cfg
+                .storage
+                .local_dir
+                .clone()
+                .unwrap_or(run.join("work/local"))
+                .join(format!("{}.{ext}", cell.id())),
         },
         Backend::Nfs => match &cfg.storage.nfs_mount {
-            Some(m) => DiskSource::File { path: m.join(format!("{}.{ext}", cell.id())) },
+            Some(m) => DiskSource::File {
+                path: m.join(format!("{}.{ext}", cell.id())),
+            },
             None => DiskSource::Network {
                 protocol: NetProtocol::Nfs,
                 name: format!("/vmbench/{}.{ext}", cell.id()),
@@ -65,9 +72,14 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
             host: "127.0.0.1".into(),
             port: Some(3260),
         },
-        Backend::Block => DiskSource::Block { dev: cfg.storage.block_device.clone().unwrap_or_default() },
+        Backend::Block => DiskSource::Block {
+            dev: cfg.storage.block_device.clone().unwrap_or_default(),
+        },
         Backend::Lvm => DiskSource::Block {
-            dev: PathBuf::from(format!("/dev/{}/vmbench-{i:03}", cfg.storage.lvm_vg.clone().unwrap_or_default())),
+            dev: PathBuf::from(format!(
+                "/dev/{}/vmbench-{i:03}",
+                cfg.storage.lvm_vg.clone().unwrap_or_default()
+            )),
         },
     };
     DomainSpec {
@@ -101,8 +113,16 @@ mod tests {
     #[test]
     fn dry_run_lists_cells_and_their_xml() {
         let out = render(&MatrixConfig::default());
-        assert!(out.starts_with("6 cell(s) x 1 repeat(s) = 6 run(s)"), "{out}");
-        assert_eq!(out.matches("<domain type=\"qemu\"").count() + out.matches("<domain type='qemu'").count(), 6, "{out}");
+        assert!(
+            out.starts_with("6 cell(s) x 1 repeat(s) = 6 run(s)"),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("<domain type=\"qemu\"").count()
+                + out.matches("<domain type='qemu'").count(),
+            6,
+            "{out}"
+        );
         assert!(out.contains("protocol=\"nfs\"") || out.contains("protocol='nfs'"));
         assert!(out.contains("protocol=\"iscsi\"") || out.contains("protocol='iscsi'"));
     }

@@ -2,9 +2,9 @@
 //! combinations (with the reason, listed before the run starts), include/exclude rules, and the
 //! run order that interleaves repeats (A B C, C B A, ...) to spread drift over all cells.
 
+pub mod cell_run;
 pub mod config;
 pub mod dry_run;
-pub mod cell_run;
 pub mod probe;
 pub mod progress;
 pub mod runner;
@@ -45,7 +45,11 @@ pub fn expand(cfg: &MatrixConfig) -> Plan {
         }
     }
     let order = schedule(cells.len(), cfg.repeat);
-    Plan { cells, skipped, order }
+    Plan {
+        cells,
+        skipped,
+        order,
+    }
 }
 
 fn product(cfg: &MatrixConfig) -> Vec<Cell> {
@@ -105,7 +109,10 @@ pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     }
     if cell.hypervisor == Hypervisor::Xen {
         if cell.bus != Bus::VirtioBlk {
-            return Some("xen: disks use Xen's block frontend; the bus dimension applies to KVM/QEMU only".into());
+            return Some(
+                "xen: disks use Xen's block frontend; the bus dimension applies to KVM/QEMU only"
+                    .into(),
+            );
         }
         if cell.cache != CacheMode::None || cell.io != IoMode::Native {
             return Some("xen: cache and io modes are QEMU options; libxl sets its own".into());
@@ -141,7 +148,9 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
         ok?;
     }
     if rule.is_empty() {
-        return Err(ConfigError::Invalid("an include/exclude rule is empty".into()));
+        return Err(ConfigError::Invalid(
+            "an include/exclude rule is empty".into(),
+        ));
     }
     Ok(())
 }
@@ -206,7 +215,20 @@ mod tests {
 
     #[test]
     fn repeats_interleave() {
-        assert_eq!(schedule(3, 3), vec![(0, 0), (1, 0), (2, 0), (2, 1), (1, 1), (0, 1), (0, 2), (1, 2), (2, 2)]);
+        assert_eq!(
+            schedule(3, 3),
+            vec![
+                (0, 0),
+                (1, 0),
+                (2, 0),
+                (2, 1),
+                (1, 1),
+                (0, 1),
+                (0, 2),
+                (1, 2),
+                (2, 2)
+            ]
+        );
     }
 
     #[test]
@@ -221,7 +243,11 @@ mod tests {
         let p = expand(&cfg);
         assert_eq!(p.cells.len(), 3);
         assert_eq!(p.skipped.len(), 1);
-        assert!(p.skipped[0].1.contains("io=native needs cache=none"), "{}", p.skipped[0].1);
+        assert!(
+            p.skipped[0].1.contains("io=native needs cache=none"),
+            "{}",
+            p.skipped[0].1
+        );
     }
 
     #[test]
@@ -234,24 +260,43 @@ mod tests {
         };
         let p = expand(&cfg);
         // xen + NFS over libnfs is not something libxl can do without a mount.
-        assert!(p.skipped.iter().any(|(c, r)| c.hypervisor == Hypervisor::Xen
-            && c.backend == Backend::Nfs
-            && r.starts_with("xen:")));
-        assert!(p.cells.iter().any(|c| c.hypervisor == Hypervisor::Xen && c.backend == Backend::Local));
-        assert_eq!(p.cells.iter().filter(|c| c.hypervisor == Hypervisor::Qemu).count(), 2);
+        assert!(p
+            .skipped
+            .iter()
+            .any(|(c, r)| c.hypervisor == Hypervisor::Xen
+                && c.backend == Backend::Nfs
+                && r.starts_with("xen:")));
+        assert!(p
+            .cells
+            .iter()
+            .any(|c| c.hypervisor == Hypervisor::Xen && c.backend == Backend::Local));
+        assert_eq!(
+            p.cells
+                .iter()
+                .filter(|c| c.hypervisor == Hypervisor::Qemu)
+                .count(),
+            2
+        );
     }
 
     #[test]
     fn include_and_exclude_rules() {
         let mut cfg = MatrixConfig::default();
-        cfg.exclude.push(parse_rule("backend=nfs,format=raw").unwrap());
+        cfg.exclude
+            .push(parse_rule("backend=nfs,format=raw").unwrap());
         assert_eq!(expand(&cfg).cells.len(), 5);
         cfg.include.push(parse_rule("format=qcow2").unwrap());
         let p = expand(&cfg);
         assert_eq!(p.cells.len(), 3);
         assert!(p.cells.iter().all(|c| c.format == Format::Qcow2));
-        assert!(parse_rule("backend=ceph").unwrap_err().to_string().contains("valid: local"));
-        assert!(parse_rule("colour=red").unwrap_err().to_string().contains("unknown dimension"));
+        assert!(parse_rule("backend=ceph")
+            .unwrap_err()
+            .to_string()
+            .contains("valid: local"));
+        assert!(parse_rule("colour=red")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown dimension"));
         assert!(parse_rule("backend").is_err());
     }
 

@@ -32,7 +32,9 @@ pub async fn probe(
         Hypervisor::Qemu | Hypervisor::Xen => Ok(()),
         Hypervisor::Kvm => {
             if !Path::new("/dev/kvm").exists() {
-                return Err("no /dev/kvm (KVM module not loaded, or no hardware virtualization)".into());
+                return Err(
+                    "no /dev/kvm (KVM module not loaded, or no hardware virtualization)".into(),
+                );
             }
             if !cfg.probe {
                 return Ok(());
@@ -56,7 +58,9 @@ pub async fn boot_probe(
     std::fs::create_dir_all(dir).map_err(io)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(io)?;
     let disk = dir.join("probe.raw");
-    std::fs::File::create(&disk).and_then(|f| f.set_len(16 << 20)).map_err(io)?;
+    std::fs::File::create(&disk)
+        .and_then(|f| f.set_len(16 << 20))
+        .map_err(io)?;
     let chan = dir.join("chan");
     std::fs::create_dir_all(&chan).map_err(io)?;
     if let Ok(Some(u)) = nix::unistd::User::from_name("libvirt-qemu") {
@@ -102,8 +106,14 @@ pub async fn boot_probe(
         }
         Err(e) => {
             let tail = read_tail(&console, 10);
-            let tail = if tail.trim().is_empty() { "(empty: the guest printed nothing)".into() } else { tail };
-            Err(format!("probe boot failed: the guest never said hello ({e}); console tail: {tail}"))
+            let tail = if tail.trim().is_empty() {
+                "(empty: the guest printed nothing)".into()
+            } else {
+                tail
+            };
+            Err(format!(
+                "probe boot failed: the guest never said hello ({e}); console tail: {tail}"
+            ))
         }
     };
     drop(dom);

@@ -115,7 +115,10 @@ fn draw_plain(rx: mpsc::Receiver<Output>) {
             }
             Output::CellStart { n, label } => eprintln!("[{n}/{total}] {label}: start"),
             Output::Phase(p) => eprintln!("  phase: {}", p.as_str()),
-            Output::Live { read_iops, write_iops } => {
+            Output::Live {
+                read_iops,
+                write_iops,
+            } => {
                 // CI logs get one live line every 10 s, not one a second.
                 if last_live.elapsed() >= Duration::from_secs(10) {
                     eprintln!("  live: read {read_iops} IOPS, write {write_iops} IOPS");
@@ -138,7 +141,10 @@ fn draw_bars(rx: mpsc::Receiver<Output>) {
     );
     matrix.set_prefix("matrix");
     let cell = multi.add(ProgressBar::new_spinner());
-    cell.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    cell.set_style(
+        ProgressStyle::with_template("{spinner} {prefix} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     cell.enable_steady_tick(Duration::from_millis(200));
     let mut phase = "";
     for o in rx {
@@ -152,9 +158,12 @@ fn draw_bars(rx: mpsc::Receiver<Output>) {
                 phase = p.as_str();
                 cell.set_message(phase.to_string());
             }
-            Output::Live { read_iops, write_iops } => {
-                cell.set_message(format!("{phase}: read {read_iops} IOPS, write {write_iops} IOPS"))
-            }
+            Output::Live {
+                read_iops,
+                write_iops,
+            } => cell.set_message(format!(
+                "{phase}: read {read_iops} IOPS, write {write_iops} IOPS"
+            )),
             Output::CellEnd { label, outcome, .. } => {
                 matrix.inc(1);
                 let _ = multi.println(format!("{label}: {outcome}"));
@@ -203,7 +212,8 @@ mod tests {
 
     #[test]
     fn fio_eta_lines() {
-        let l = "Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]";
+        let l =
+            "Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]";
         assert_eq!(parse_fio_eta(l), Some((652, 284)));
         let l = "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]";
         assert_eq!(parse_fio_eta(l), Some((10300, 0)));

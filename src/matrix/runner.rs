@@ -52,7 +52,11 @@ pub struct RunSummary {
 impl RunSummary {
     /// Cells that failed.
     pub fn failed(&self) -> usize {
-        self.record.cells.iter().filter(|c| matches!(c.outcome, Outcome::Failed(_))).count()
+        self.record
+            .cells
+            .iter()
+            .filter(|c| matches!(c.outcome, Outcome::Failed(_)))
+            .count()
     }
 }
 
@@ -65,19 +69,28 @@ pub fn new_run_id() -> String {
 
 /// Runs the matrix. Errors are for things that stop the whole run before any cell (no image, no
 /// run directory, no store); cell failures are results.
-pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel>) -> anyhow::Result<RunSummary> {
+pub async fn run(
+    cfg: MatrixConfig,
+    opts: RunOptions,
+    ui: Ui,
+    cancel: Arc<Cancel>,
+) -> anyhow::Result<RunSummary> {
     let (rundir, mut record, cfg) = open_rundir(cfg, &opts)?;
     let _lock = crate::cleanup::RunLock::acquire(&rundir.path)
         .with_context(|| format!("{} is in use by another vmbench", rundir.path.display()))?;
     let plan = expand(&cfg);
-    let done: BTreeSet<(String, u32)> =
-        record.cells.iter().map(|c| (c.cell_id.clone(), c.repeat)).collect();
-    let store = Store::open(&opts.db).with_context(|| format!("opening the results store {}", opts.db.display()))?;
+    let done: BTreeSet<(String, u32)> = record
+        .cells
+        .iter()
+        .map(|c| (c.cell_id.clone(), c.repeat))
+        .collect();
+    let store = Store::open(&opts.db)
+        .with_context(|| format!("opening the results store {}", opts.db.display()))?;
     let host = hostname();
     if opts.resume.is_none() {
         store.begin_run(&record.run_id, &record.started, &record.command, &host)?;
     }
-    let mut persist = |record: &mut RunRecord, r: CellResult| -> anyhow::Result<()> {
+    let persist = |record: &mut RunRecord, r: CellResult| -> anyhow::Result<()> {
         store.record_cell(&record.run_id, &r)?;
         record.cells.push(r);
         rundir.save(record).context("writing run.json")?;
@@ -86,7 +99,10 @@ pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel
     for (cell, reason) in &plan.skipped {
         if !done.contains(&(cell.id(), 0)) {
             ui.line(format!("skipped {}: {reason}", cell.label()));
-            persist(&mut record, not_run(cell, 0, Outcome::Skipped(reason.clone())))?;
+            persist(
+                &mut record,
+                not_run(cell, 0, Outcome::Skipped(reason.clone())),
+            )?;
         }
     }
 
@@ -97,20 +113,34 @@ pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel
         crate::image::ensure(&image_req, &|s: &str| ui2.line(format!("image: {s}")))
     })
     .await??;
-    ui.line(format!("image: {} ({} KiB initramfs)", image.id, image.initrd_bytes / 1024));
+    ui.line(format!(
+        "image: {} ({} KiB initramfs)",
+        image.id,
+        image.initrd_bytes / 1024
+    ));
 
     let work = opts.work_root.join(&record.run_id);
     make_private_dir(&opts.work_root)?;
     make_private_dir(&work)?;
     // Cleanup finds the work dir of a crashed run through this file.
-    std::fs::write(rundir.path.join("work-dir"), work.as_os_str().as_encoded_bytes())?;
+    std::fs::write(
+        rundir.path.join("work-dir"),
+        work.as_os_str().as_encoded_bytes(),
+    )?;
     let mut servers = Servers::new(rundir.path.join("servers"));
     let conns = connect_all(&cfg, &plan, &image, &work, &ui, &cancel, &record.run_id).await;
     let base_prov = provenance(&conns, &image, &host);
 
-    let todo: Vec<(usize, u32)> =
-        plan.order.iter().copied().filter(|(i, r)| !done.contains(&(plan.cells[*i].id(), *r))).collect();
-    ui.send(Output::Start { total: todo.len() as u64, est_secs: estimate_secs(&cfg) });
+    let todo: Vec<(usize, u32)> = plan
+        .order
+        .iter()
+        .copied()
+        .filter(|(i, r)| !done.contains(&(plan.cells[*i].id(), *r)))
+        .collect();
+    ui.send(Output::Start {
+        total: todo.len() as u64,
+        est_secs: estimate_secs(&cfg),
+    });
     let first_seq = record.cells.len();
     for (n, (idx, repeat)) in todo.iter().enumerate() {
         if cancel.is_cancelled() {
@@ -118,27 +148,65 @@ pub async fn run(cfg: MatrixConfig, opts: RunOptions, ui: Ui, cancel: Arc<Cancel
         }
         let cell = &plan.cells[*idx];
         let seq = first_seq + n;
-        ui.send(Output::CellStart { n: n as u64 + 1, label: cell.label() });
+        ui.send(Output::CellStart {
+            n: n as u64 + 1,
+            label: cell.label(),
+        });
         let dir = rundir.cell_dir(seq, &cell.id(), *repeat)?;
         let result = match conns.get(&cell.hypervisor) {
             Some(Ok(conn)) => {
-                run_one(&cfg, conn, &image, &record.run_id, &work, &ui, &cancel, &mut servers, &base_prov, cell, *repeat, seq, &dir).await
+                run_one(
+                    &cfg,
+                    conn,
+                    &image,
+                    &record.run_id,
+                    &work,
+                    &ui,
+                    &cancel,
+                    &mut servers,
+                    &base_prov,
+                    cell,
+                    *repeat,
+                    seq,
+                    &dir,
+                )
+                .await
             }
             Some(Err(reason)) => Some(not_run(cell, *repeat, Outcome::Unsupported(reason.clone()))),
-            None => Some(not_run(cell, *repeat, Outcome::Failed("no connection".into()))),
+            None => Some(not_run(
+                cell,
+                *repeat,
+                Outcome::Failed("no connection".into()),
+            )),
         };
         // An interrupted cell has no result: `--resume` runs it again.
         let Some(result) = result else { break };
         RunDir::save_cell(&dir, &result)?;
-        ui.send(Output::CellEnd { n: n as u64 + 1, label: cell.label(), outcome: outcome_line(&result.outcome) });
+        ui.send(Output::CellEnd {
+            n: n as u64 + 1,
+            label: cell.label(),
+            outcome: outcome_line(&result.outcome),
+        });
         persist(&mut record, result)?;
     }
     drop(servers);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_file(rundir.path.join("work-dir"));
     let interrupted = cancel.is_cancelled();
-    store.finish_run(&record.run_id, if interrupted { "interrupted" } else { "finished" })?;
-    Ok(RunSummary { run_id: record.run_id.clone(), dir: rundir.path.clone(), record, interrupted })
+    store.finish_run(
+        &record.run_id,
+        if interrupted {
+            "interrupted"
+        } else {
+            "finished"
+        },
+    )?;
+    Ok(RunSummary {
+        run_id: record.run_id.clone(),
+        dir: rundir.path.clone(),
+        record,
+        interrupted,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -159,13 +227,29 @@ async fn run_one(
 ) -> Option<CellResult> {
     let (mut backend, server) = match servers.backend_for(cfg, cell, work) {
         Ok(b) => b,
-        Err(NotRunnable::Unsupported(r)) => return Some(not_run(cell, repeat, Outcome::Unsupported(r))),
+        Err(NotRunnable::Unsupported(r)) => {
+            return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
+        }
         Err(NotRunnable::Failed(r)) => return Some(not_run(cell, repeat, Outcome::Failed(r))),
     };
     if let Err(u) = backend.check() {
-        return Some(not_run(cell, repeat, Outcome::Unsupported(format!("unsupported on this host: {u}"))));
+        return Some(not_run(
+            cell,
+            repeat,
+            Outcome::Unsupported(format!("unsupported on this host: {u}")),
+        ));
     }
-    let env = CellEnv { cfg, conn, image, run_id, work_dir: work, ui, cancel, server, provenance: prov };
+    let env = CellEnv {
+        cfg,
+        conn,
+        image,
+        run_id,
+        work_dir: work,
+        ui,
+        cancel,
+        server,
+        provenance: prov,
+    };
     let mut result = cell_run::run_cell(&env, backend.as_mut(), cell, repeat, seq, dir).await;
     let t = std::time::Instant::now();
     if let Err(e) = tokio::task::block_in_place(|| backend.teardown()) {
@@ -179,18 +263,29 @@ async fn run_one(
     Some(result)
 }
 
-fn open_rundir(cfg: MatrixConfig, opts: &RunOptions) -> anyhow::Result<(RunDir, RunRecord, MatrixConfig)> {
+fn open_rundir(
+    cfg: MatrixConfig,
+    opts: &RunOptions,
+) -> anyhow::Result<(RunDir, RunRecord, MatrixConfig)> {
     if let Some(dir) = &opts.resume {
         let rd = RunDir::open(dir)?;
         let record = rd.load()?;
-        let text = std::fs::read_to_string(rd.path.join("config.json")).context("reading config.json")?;
+        let text =
+            std::fs::read_to_string(rd.path.join("config.json")).context("reading config.json")?;
         let cfg: MatrixConfig = serde_json::from_str(&text).context("parsing config.json")?;
         return Ok((rd, record, cfg));
     }
     let run_id = new_run_id();
-    let rd = RunDir::create(&opts.runs_root, &run_id)
-        .with_context(|| format!("creating the run directory under {}", opts.runs_root.display()))?;
-    crate::results::rundir::write_atomic(&rd.path.join("config.json"), &serde_json::to_vec_pretty(&cfg)?)?;
+    let rd = RunDir::create(&opts.runs_root, &run_id).with_context(|| {
+        format!(
+            "creating the run directory under {}",
+            opts.runs_root.display()
+        )
+    })?;
+    crate::results::rundir::write_atomic(
+        &rd.path.join("config.json"),
+        &serde_json::to_vec_pretty(&cfg)?,
+    )?;
     let record = RunRecord {
         run_id,
         started: chrono::Utc::now().to_rfc3339(),
@@ -245,10 +340,12 @@ async fn connect_all(
     for hv in hvs {
         let r = match Libvirt::connect(&cfg.uri(hv)) {
             Err(e) => Err(format!("unsupported on this host: {hv}: {e}")),
-            Ok(conn) => match super::probe::probe(hv, &conn, cfg, image, work, cancel, run_id).await {
-                Ok(()) => Ok(conn),
-                Err(reason) => Err(format!("unsupported on this host: {hv}: {reason}")),
-            },
+            Ok(conn) => {
+                match super::probe::probe(hv, &conn, cfg, image, work, cancel, run_id).await {
+                    Ok(()) => Ok(conn),
+                    Err(reason) => Err(format!("unsupported on this host: {hv}: {reason}")),
+                }
+            }
         };
         if let Err(reason) = &r {
             ui.line(reason.clone());
@@ -258,16 +355,30 @@ async fn connect_all(
     out
 }
 
-fn provenance(conns: &BTreeMap<Hypervisor, Result<Libvirt, String>>, image: &ImageInfo, host: &str) -> Provenance {
-    let (libvirt, qemu) = conns.values().find_map(|c| c.as_ref().ok()).map(|c| c.versions()).unwrap_or_default();
+fn provenance(
+    conns: &BTreeMap<Hypervisor, Result<Libvirt, String>>,
+    image: &ImageInfo,
+    host: &str,
+) -> Provenance {
+    let (libvirt, qemu) = conns
+        .values()
+        .find_map(|c| c.as_ref().ok())
+        .map(|c| c.versions())
+        .unwrap_or_default();
     Provenance {
         host: host.to_string(),
-        host_kernel: nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
+        host_kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
         cpu_model: cpu_model(),
         qemu,
         libvirt,
         image: image.id.clone(),
-        vmbench: format!("{} ({})", env!("CARGO_PKG_VERSION"), option_env!("VMBENCH_GIT_REV").unwrap_or("unknown")),
+        vmbench: format!(
+            "{} ({})",
+            env!("CARGO_PKG_VERSION"),
+            option_env!("VMBENCH_GIT_REV").unwrap_or("unknown")
+        ),
         ..Provenance::default()
     }
 }
@@ -275,13 +386,20 @@ fn provenance(conns: &BTreeMap<Hypervisor, Result<Libvirt, String>>, image: &Ima
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_default()
 }
 
 /// The host's name.
 pub fn hostname() -> String {
-    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "unknown".into())
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The run's work directory: reachable by QEMU's user (o+x) but not listable by others.
@@ -308,7 +426,12 @@ struct Servers {
 
 impl Servers {
     fn new(dir: PathBuf) -> Servers {
-        Servers { dir, ganesha: None, tgt: None, broken: BTreeMap::new() }
+        Servers {
+            dir,
+            ganesha: None,
+            tgt: None,
+            broken: BTreeMap::new(),
+        }
     }
 
     fn backend_for(
@@ -321,37 +444,67 @@ impl Servers {
         let failed = |e: storage::StorageError| NotRunnable::Failed(e.to_string());
         Ok(match cell.backend {
             Backend::Local => {
-                let prealloc = st.prealloc.as_deref().unwrap_or("off").parse().map_err(|e: storage::StorageError| NotRunnable::Failed(e.to_string()))?;
+                let prealloc = st
+                    .prealloc
+                    .as_deref()
+                    .unwrap_or("off")
+                    .parse::<storage::local::Prealloc>()
+                    .map_err(|e| NotRunnable::Failed(e.to_string()))?;
                 let dir = st.local_dir.clone().unwrap_or_else(|| work.join("local"));
-                (Box::new(storage::local::LocalBackend::new(dir, prealloc)), None)
+                (
+                    Box::new(storage::local::LocalBackend::new(dir, prealloc)),
+                    None,
+                )
             }
             Backend::Nfs => {
                 if let Some(m) = &st.nfs_mount {
                     (Box::new(storage::nfs::NfsBackend::mounted(m.clone())), None)
                 } else if let Some(url) = &st.nfs {
-                    (Box::new(storage::nfs::NfsBackend::external(url).map_err(failed)?), None)
+                    (
+                        Box::new(storage::nfs::NfsBackend::external(url).map_err(failed)?),
+                        None,
+                    )
                 } else {
                     let g = self.ganesha()?;
                     let pid = g.pid();
-                    (Box::new(storage::nfs::NfsBackend::embedded(g)), Some(("ganesha", pid)))
+                    (
+                        Box::new(storage::nfs::NfsBackend::embedded(g)),
+                        Some(("ganesha", pid)),
+                    )
                 }
             }
             Backend::Iscsi => {
                 if let Some(url) = &st.iscsi {
-                    (Box::new(storage::iscsi::IscsiBackend::external(url).map_err(failed)?), None)
+                    (
+                        Box::new(storage::iscsi::IscsiBackend::external(url).map_err(failed)?),
+                        None,
+                    )
                 } else {
                     let t = self.tgt()?;
                     let pid = t.pid();
-                    (Box::new(storage::iscsi::IscsiBackend::embedded(t)), Some(("tgtd", pid)))
+                    (
+                        Box::new(storage::iscsi::IscsiBackend::embedded(t)),
+                        Some(("tgtd", pid)),
+                    )
                 }
             }
             Backend::Lvm => {
                 let vg = st.lvm_vg.clone().unwrap_or_default();
-                (Box::new(storage::lvm::LvmBackend::new(vg, st.lvm_thin_pool.clone())), None)
+                (
+                    Box::new(storage::lvm::LvmBackend::new(vg, st.lvm_thin_pool.clone())),
+                    None,
+                )
             }
             Backend::Block => {
                 let dev = st.block_device.clone().unwrap_or_default();
-                (Box::new(storage::block::BlockBackend::new(dev, st.allow_destroy, st.force)), None)
+                (
+                    Box::new(storage::block::BlockBackend::new(
+                        dev,
+                        st.allow_destroy,
+                        st.force,
+                    )),
+                    None,
+                )
             }
         })
     }
@@ -365,7 +518,9 @@ impl Servers {
         }
         match storage::ganesha::Ganesha::start(&self.dir.join("ganesha")) {
             Ok(g) => Ok(self.ganesha.insert(Arc::new(g)).clone()),
-            Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!("unsupported on this host: {u}"))),
+            Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!(
+                "unsupported on this host: {u}"
+            ))),
             Err(e) => {
                 self.broken.insert("ganesha", e.to_string());
                 Err(NotRunnable::Failed(e.to_string()))
@@ -382,7 +537,9 @@ impl Servers {
         }
         match storage::tgt::Tgt::start(&self.dir.join("tgt")) {
             Ok(t) => Ok(self.tgt.insert(Arc::new(t)).clone()),
-            Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!("unsupported on this host: {u}"))),
+            Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!(
+                "unsupported on this host: {u}"
+            ))),
             Err(e) => {
                 self.broken.insert("tgt", e.to_string());
                 Err(NotRunnable::Failed(e.to_string()))

@@ -11,8 +11,6 @@
 pub mod html;
 pub mod summary;
 
-pub use html::html;
-
 use crate::cell::WorkloadId;
 use crate::results::{CellResult, RunRecord, Value};
 use summary::{column_titles, fmt_agg, group_by_cell, metric_infos, Agg, CellGroup, MIXED_MARK};
@@ -358,7 +356,8 @@ fn push_csv_row(out: &mut String, fields: &[String]) {
 /// The terminal report of a run: the fio table (metrics as rows, cells as columns) for fio cells,
 /// and bonnie++'s tables (one row per cell) for bonnie++ cells, each only when such cells exist.
 pub fn text(results: &[CellResult]) -> String {
-    let (bonnie, fio): (Vec<CellResult>, Vec<CellResult>) = results.iter().cloned().partition(is_bonnie);
+    let (bonnie, fio): (Vec<CellResult>, Vec<CellResult>) =
+        results.iter().cloned().partition(is_bonnie);
     let mut parts = Vec::new();
     if !fio.is_empty() {
         parts.push(fio_table(&fio));

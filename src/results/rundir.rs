@@ -40,15 +40,23 @@ impl RunDir {
         if !path.join("run.json").is_file() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
-                format!("{} is not a vmbench run directory (no run.json)", path.display()),
+                format!(
+                    "{} is not a vmbench run directory (no run.json)",
+                    path.display()
+                ),
             ));
         }
-        Ok(RunDir { path: path.to_path_buf() })
+        Ok(RunDir {
+            path: path.to_path_buf(),
+        })
     }
 
     /// The directory of one cell run, created on demand.
     pub fn cell_dir(&self, seq: usize, cell_id: &str, repeat: u32) -> std::io::Result<PathBuf> {
-        let d = self.path.join("cells").join(format!("{seq:03}-{cell_id}-r{repeat}"));
+        let d = self
+            .path
+            .join("cells")
+            .join(format!("{seq:03}-{cell_id}-r{repeat}"));
         fs::create_dir_all(&d)?;
         Ok(d)
     }
@@ -82,8 +90,16 @@ mod tests {
     fn save_and_load_round_trip() {
         let root = tempfile::tempdir().unwrap();
         let rd = RunDir::create(root.path(), "r1").unwrap();
-        assert!(RunDir::create(root.path(), "r1").is_err(), "run ids must not be reused");
-        let rec = RunRecord { run_id: "r1".into(), started: "t".into(), command: vec!["vmbench".into()], cells: vec![] };
+        assert!(
+            RunDir::create(root.path(), "r1").is_err(),
+            "run ids must not be reused"
+        );
+        let rec = RunRecord {
+            run_id: "r1".into(),
+            started: "t".into(),
+            command: vec!["vmbench".into()],
+            cells: vec![],
+        };
         rd.save(&rec).unwrap();
         assert_eq!(RunDir::open(&rd.path).unwrap().load().unwrap(), rec);
         assert!(RunDir::open(root.path()).is_err());

@@ -122,7 +122,9 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 /// The engine a workload runs (a job file is always fio).
 pub fn engine_of(w: &crate::cell::WorkloadId) -> Engine {
     match w {
-        crate::cell::WorkloadId::Preset(name) => preset(name).map(|p| p.engine).unwrap_or(Engine::Fio),
+        crate::cell::WorkloadId::Preset(name) => {
+            preset(name).map(|p| p.engine).unwrap_or(Engine::Fio)
+        }
         crate::cell::WorkloadId::FioFile(_) => Engine::Fio,
     }
 }

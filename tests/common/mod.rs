@@ -15,7 +15,10 @@ impl Scratch {
     pub fn new() -> Scratch {
         use std::os::unix::fs::PermissionsExt;
         // /var/tmp: on disk (cache=none needs O_DIRECT, which tmpfs lacks).
-        let dir = tempfile::Builder::new().prefix("vmbench-test-").tempdir_in("/var/tmp").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("vmbench-test-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
         // QEMU runs as libvirt-qemu and must traverse to the disk images.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         Scratch { dir }
@@ -40,7 +43,18 @@ impl Scratch {
             .arg(self.work())
             .arg("--db")
             .arg(self.db())
-            .args(["--runtime", "4", "--ramp", "1", "--size", "32M", "--disk-mib", "128", "--memory", "384"])
+            .args([
+                "--runtime",
+                "4",
+                "--ramp",
+                "1",
+                "--size",
+                "32M",
+                "--disk-mib",
+                "128",
+                "--memory",
+                "384",
+            ])
             .args(args)
             .env("NO_COLOR", "1");
         c
@@ -48,22 +62,34 @@ impl Scratch {
 
     pub fn matrix(&self, args: &[&str]) -> Output {
         let out = self.matrix_cmd(args).output().unwrap();
-        eprintln!("--- stdout\n{}\n--- stderr\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         out
     }
 
     /// The only run in this scratch's runs dir.
     pub fn run_record(&self) -> (PathBuf, RunRecord) {
-        let dirs: Vec<PathBuf> = std::fs::read_dir(self.runs()).unwrap().map(|e| e.unwrap().path()).collect();
+        let dirs: Vec<PathBuf> = std::fs::read_dir(self.runs())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         assert_eq!(dirs.len(), 1, "expected one run dir, found {dirs:?}");
-        let rec: RunRecord = serde_json::from_str(&std::fs::read_to_string(dirs[0].join("run.json")).unwrap()).unwrap();
+        let rec: RunRecord =
+            serde_json::from_str(&std::fs::read_to_string(dirs[0].join("run.json")).unwrap())
+                .unwrap();
         (dirs[0].clone(), rec)
     }
 
     /// Asserts nothing of a run is left: no vmbench domain, no work files, no servers.
     pub fn assert_no_leftovers(&self) {
         let doms = virsh(&["list", "--all", "--name"]);
-        assert!(!doms.lines().any(|l| l.starts_with("vmbench-")), "domains left: {doms}");
+        assert!(
+            !doms.lines().any(|l| l.starts_with("vmbench-")),
+            "domains left: {doms}"
+        );
         if self.work().exists() {
             let left: Vec<_> = std::fs::read_dir(self.work()).unwrap().collect();
             assert!(left.is_empty(), "work dir not empty: {left:?}");
@@ -75,7 +101,12 @@ impl Scratch {
 }
 
 pub fn virsh(args: &[&str]) -> String {
-    let o = Command::new("virsh").arg("-c").arg("qemu:///system").args(args).output().unwrap();
+    let o = Command::new("virsh")
+        .arg("-c")
+        .arg("qemu:///system")
+        .args(args)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -83,12 +114,18 @@ pub fn pids_named(comm: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim() == comm).unwrap_or(false))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim() == comm)
+                .unwrap_or(false)
+        })
         .collect()
 }
 
 pub fn num(c: &CellResult, key: &str) -> f64 {
-    c.metric(key).and_then(|m| m.value.number()).unwrap_or_else(|| panic!("{}: no metric {key}: {:?}", c.cell_id, c.metrics))
+    c.metric(key)
+        .and_then(|m| m.value.number())
+        .unwrap_or_else(|| panic!("{}: no metric {key}: {:?}", c.cell_id, c.metrics))
 }
 
 pub fn passed(c: &CellResult) -> bool {
@@ -101,7 +138,11 @@ pub fn assert_real_randrw(c: &CellResult) {
     assert!(num(c, "read_iops") > 0.0, "{}", c.cell_id);
     assert!(num(c, "write_iops") > 0.0, "{}", c.cell_id);
     let share = num(c, "read_share_pct");
-    assert!((60.0..=80.0).contains(&share), "{}: read share {share}%", c.cell_id);
+    assert!(
+        (60.0..=80.0).contains(&share),
+        "{}: read share {share}%",
+        c.cell_id
+    );
 }
 
 pub fn exists(p: &Path) -> bool {
