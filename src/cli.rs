@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a benchmark matrix (hypervisor x backend x format x bus x cache/io x workload).
-    Matrix(MatrixArgs),
+    Matrix(Box<MatrixArgs>),
     /// Build or inspect the guest image.
     Image {
         /// What to do with the image.

@@ -55,7 +55,7 @@ fn chain(e: &CliError) -> String {
 
 async fn dispatch(cmd: Command) -> Result<i32, CliError> {
     match cmd {
-        Command::Matrix(a) => cmd_matrix(a).await,
+        Command::Matrix(a) => cmd_matrix(*a).await,
         Command::Image {
             action: ImageAction::Build(a),
         } => cmd_image(a).await,

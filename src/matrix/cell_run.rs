@@ -135,6 +135,8 @@ pub async fn run_cell(
 }
 
 type Measured = (Vec<Metric>, BTreeMap<String, Vec<f64>>);
+/// Metrics, per-second samples, and the engine's measured seconds.
+type Parsed = (Vec<Metric>, BTreeMap<String, Vec<f64>>, Option<f64>);
 
 #[allow(clippy::too_many_arguments)]
 async fn attempt(
@@ -273,8 +275,8 @@ async fn attempt(
     dom.destroy();
     timings.teardown_ms = t.elapsed().as_millis() as u64;
 
-    let (mut metrics, samples) = plan.parse(&out)?;
-    metrics.extend(window.finish(&metrics, cell.hypervisor));
+    let (mut metrics, samples, io_secs) = plan.parse(&out)?;
+    metrics.extend(window.finish(io_secs, cell.hypervisor));
     Ok((metrics, samples))
 }
 
@@ -362,7 +364,8 @@ impl WorkPlan {
         })
     }
 
-    fn parse(&self, out: &JobOutput) -> Result<Measured, CellFailure> {
+    /// Metrics, per-second samples and the engine's measured seconds (fio's runtime).
+    fn parse(&self, out: &JobOutput) -> Result<Parsed, CellFailure> {
         match self.engine {
             Engine::Fio => {
                 let text = out
@@ -376,7 +379,24 @@ impl WorkPlan {
                     .filter(|(n, _)| n.starts_with(LOG_PREFIX))
                     .map(|(n, t)| (n.clone(), t.clone()))
                     .collect();
-                Ok((fio::metrics(&run), fio::samples_from_logs(&logs)))
+                let ms = run.read.runtime_ms.max(run.write.runtime_ms);
+                let secs = (ms > 0).then_some(ms as f64 / 1000.0);
+                let mut m = fio::metrics(&run);
+                m.push(Metric::num(
+                    "read_ios",
+                    "Read I/Os (fio)",
+                    "ops",
+                    crate::results::Better::Higher,
+                    run.read.total_ios as f64,
+                ));
+                m.push(Metric::num(
+                    "write_ios",
+                    "Write I/Os (fio)",
+                    "ops",
+                    crate::results::Better::Higher,
+                    run.write.total_ios as f64,
+                ));
+                Ok((m, fio::samples_from_logs(&logs), secs))
             }
             Engine::Bonnie => {
                 let text = out
@@ -385,7 +405,7 @@ impl WorkPlan {
                     .ok_or("bonnie++ produced no output")?;
                 let line = bonnie::find_csv_line(text).ok_or("bonnie++ output has no CSV line")?;
                 let run = bonnie::parse_csv(line).map_err(|e| format!("bonnie++ output: {e}"))?;
-                Ok((bonnie::metrics(&run), BTreeMap::new()))
+                Ok((bonnie::metrics(&run), BTreeMap::new(), None))
             }
         }
     }
@@ -396,7 +416,7 @@ fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId) -> Result<String, CellFailur
         WorkloadId::Preset(name) => {
             let p = workload::PRESETS
                 .iter()
-                .find(|p| &p.name == name)
+                .find(|p| p.name == name)
                 .ok_or("unknown preset")?;
             Ok(fio::render_preset(p.job, cfg.runtime, cfg.ramp, &cfg.size))
         }
@@ -591,33 +611,18 @@ struct Window {
     start: Option<metrics::Snapshot>,
     end: Option<metrics::Snapshot>,
     peak_rss_kib: Option<u64>,
-    xen: bool,
 }
 
 impl Window {
-    fn finish(self, guest: &[Metric], hv: Hypervisor) -> Vec<Metric> {
+    fn finish(self, io_secs: Option<f64>, hv: Hypervisor) -> Vec<Metric> {
         let not_on = (hv == Hypervisor::Xen).then_some("n/a on xen");
         match (self.start, self.end) {
             (Some(a), Some(b)) => {
-                let mut m = metrics::window_metrics(&a, &b, self.peak_rss_kib, not_on);
-                rate_by_fio_runtime(&mut m, guest, &a, &b);
-                m
+                metrics::window_metrics(&a, &b, self.peak_rss_kib, not_on, io_secs)
             }
-            _ if self.xen => vec![],
             _ => vec![],
         }
     }
-}
-
-/// Host IOPS over fio's own measured runtime, so the collect time after fio exits (when no I/O
-/// happens) does not dilute them; the op counts themselves are window totals.
-fn rate_by_fio_runtime(
-    m: &mut [Metric],
-    _guest: &[Metric],
-    _a: &metrics::Snapshot,
-    _b: &metrics::Snapshot,
-) {
-    let _ = m;
 }
 
 async fn sample_window(
@@ -627,10 +632,7 @@ async fn sample_window(
     mut steps: tokio::sync::mpsc::UnboundedReceiver<u32>,
     hv: Hypervisor,
 ) -> Window {
-    let mut w = Window {
-        xen: hv == Hypervisor::Xen,
-        ..Default::default()
-    };
+    let mut w = Window::default();
     let block = |d: &RunningDomain| {
         if hv == Hypervisor::Xen {
             return None;

@@ -409,6 +409,9 @@ fn make_private_dir(p: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711))
 }
 
+/// A cell's backend and the embedded server (name, pid) behind it, if any.
+type BackendFor = (Box<dyn StorageBackend>, Option<(&'static str, u32)>);
+
 /// Why a cell's backend cannot be made.
 enum NotRunnable {
     Unsupported(String),
@@ -439,7 +442,7 @@ impl Servers {
         cfg: &MatrixConfig,
         cell: &Cell,
         work: &Path,
-    ) -> Result<(Box<dyn StorageBackend>, Option<(&'static str, u32)>), NotRunnable> {
+    ) -> Result<BackendFor, NotRunnable> {
         let st = &cfg.storage;
         let failed = |e: storage::StorageError| NotRunnable::Failed(e.to_string());
         Ok(match cell.backend {

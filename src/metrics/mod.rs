@@ -40,11 +40,14 @@ pub fn snapshot(src: &Sources, block: Option<qmp::DiskCounters>) -> Snapshot {
 }
 
 /// The host-side metrics between two snapshots, plus the server's peak RSS seen by `rss`.
+/// `io_secs`, when known, is the engine's own measured time: block-stat rates are taken over it,
+/// since the window also holds the collect phase, when the guest does no I/O.
 pub fn window_metrics(
     start: &Snapshot,
     end: &Snapshot,
     server_peak_rss_kib: Option<u64>,
     not_on: Option<&str>,
+    io_secs: Option<f64>,
 ) -> Vec<Metric> {
     let secs = end.at.duration_since(start.at).as_secs_f64().max(1e-3);
     let mut out = Vec::new();
@@ -97,7 +100,7 @@ pub fn window_metrics(
         ));
     }
     match (&start.block, &end.block) {
-        (Some(a), Some(b)) => out.extend(b.since(a, secs)),
+        (Some(a), Some(b)) => out.extend(b.since(a, io_secs.unwrap_or(secs))),
         _ => out.push(metric(
             "host_read_iops",
             "Host-observed read IOPS",
