@@ -283,7 +283,13 @@ async fn attempt(
         let b = tokio::task::block_in_place(|| {
             let prefill = plan.prefill_job.as_deref().filter(|_| cfg.prefill);
             let job = plan.baseline_job.as_deref();
-            workload::baseline::run(job, prefill, disk.host_path.as_deref(), &metrics, &cell_work)
+            workload::baseline::run(
+                job,
+                prefill,
+                disk.host_path.as_deref(),
+                &metrics,
+                &cell_work,
+            )
         });
         params.extend(b.params);
         metrics.extend(b.metrics);
@@ -396,8 +402,16 @@ impl WorkPlan {
     fn write_jobs(&self, dir: &Path) -> std::io::Result<()> {
         for step in &self.measure {
             match step {
-                Step::Fio { job_text, output_name, .. } => {
-                    let name = if output_name == "fio.json" { "job.fio" } else { "ramp.fio" };
+                Step::Fio {
+                    job_text,
+                    output_name,
+                    ..
+                } => {
+                    let name = if output_name == "fio.json" {
+                        "job.fio"
+                    } else {
+                        "ramp.fio"
+                    };
                     std::fs::write(dir.join(name), job_text)?;
                 }
                 Step::Bonnie { args, .. } => {

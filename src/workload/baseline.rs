@@ -24,7 +24,11 @@ pub struct Baseline {
 /// The guest-side metrics compared with the host's, and the keys of the ratios.
 const EFFICIENCY: [(&str, &str, &str); 2] = [
     ("read_iops", "read_efficiency_pct", "Guest/host read IOPS"),
-    ("write_iops", "write_efficiency_pct", "Guest/host write IOPS"),
+    (
+        "write_iops",
+        "write_efficiency_pct",
+        "Guest/host write IOPS",
+    ),
 ];
 
 /// The host's figures that are kept, with the `host_baseline_` prefix.
@@ -188,10 +192,7 @@ pub fn efficiency(guest: &[Metric], host: &[Metric]) -> Vec<Metric> {
     EFFICIENCY
         .iter()
         .map(|(g, key, label)| {
-            let value = match (
-                get(guest, g),
-                get(host, &format!("host_baseline_{g}")),
-            ) {
+            let value = match (get(guest, g), get(host, &format!("host_baseline_{g}"))) {
                 (Some(a), Some(b)) if b > 0.0 => Value::Number(100.0 * a / b),
                 _ => Value::NotAvailable(format!("no {} on both sides", g.replace('_', " "))),
             };
