@@ -218,17 +218,37 @@ fn preset_and_job_file_cells_with_host_baseline_qmp_and_provenance() {
 #[test]
 fn xfs_layout_cell_passes() {
     let s = Scratch::new();
-    // mkfs.xfs refuses filesystems under 300 MB.
-    let out = s.matrix(&[
-        "--backend",
-        "local",
-        "--format",
-        "raw",
-        "--layout",
-        "xfs",
-        "--disk-mib",
-        "320",
-    ]);
+    // mkfs.xfs refuses filesystems under 300 MB. clap takes each flag once, so this run's
+    // command is built here with the CI sizes of tests/common and a 320 MiB disk.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .arg("matrix")
+        .args(["--runs-dir".as_ref(), s.runs().as_os_str()])
+        .args(["--work-dir".as_ref(), s.work().as_os_str()])
+        .args(["--db".as_ref(), s.db().as_os_str()])
+        .args([
+            "--runtime",
+            "4",
+            "--ramp",
+            "1",
+            "--size",
+            "32M",
+            "--memory",
+            "384",
+        ])
+        .args([
+            "--backend",
+            "local",
+            "--format",
+            "raw",
+            "--layout",
+            "xfs",
+            "--disk-mib",
+            "320",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0));
     let (_, rec) = s.run_record();
     let c = &rec.cells[0];

@@ -85,9 +85,19 @@ impl Scratch {
 
     /// Asserts nothing of a run is left: no vmbench domain, no work files, no servers.
     pub fn assert_no_leftovers(&self) {
+        // Only this scratch's runs: other engineers' tests may run domains on the same host.
+        // Domain names carry the run id, and no run id exists before its run directory.
+        let ids: Vec<String> = std::fs::read_dir(self.runs())
+            .map(|d| {
+                d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let doms = virsh(&["list", "--all", "--name"]);
         assert!(
-            !doms.lines().any(|l| l.starts_with("vmbench-")),
+            !doms
+                .lines()
+                .any(|l| l.starts_with("vmbench-") && ids.iter().any(|id| l.contains(id.as_str()))),
             "domains left: {doms}"
         );
         if self.work().exists() {
