@@ -68,22 +68,46 @@ fn assert_qmp_matches_fio(c: &CellResult) {
     }
 }
 
+/// `vmbench matrix` with tests/common's CI timings but this test's disk and memory sizes
+/// (clap takes each flag once, so `Scratch::matrix`'s defaults cannot be overridden).
+fn matrix_sized(s: &Scratch, sizes: &[&str], args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .arg("matrix")
+        .args(["--runs-dir".as_ref(), s.runs().as_os_str()])
+        .args(["--work-dir".as_ref(), s.work().as_os_str()])
+        .args(["--db".as_ref(), s.db().as_os_str()])
+        .args(["--runtime", "4", "--ramp", "1", "--size", "32M"])
+        .args(sizes)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    eprintln!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 #[test]
 fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
     let s = Scratch::new();
     // bonnie++ writes twice the guest RAM: the smallest guest (128 MiB) keeps -s at 256 MiB.
-    let out = s.matrix(&[
-        "--backend",
-        "local",
-        "--format",
-        "raw",
-        "--workload",
-        "bonnie",
-        "--memory",
-        "128",
-        "--bonnie-files",
-        "1",
-    ]);
+    let out = matrix_sized(
+        &s,
+        &["--disk-mib", "64", "--memory", "128"],
+        &[
+            "--backend",
+            "local",
+            "--format",
+            "raw",
+            "--workload",
+            "bonnie",
+            "--bonnie-files",
+            "1",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0));
     let (_, rec) = s.run_record();
     let c = &rec.cells[0];
@@ -218,37 +242,12 @@ fn preset_and_job_file_cells_with_host_baseline_qmp_and_provenance() {
 #[test]
 fn xfs_layout_cell_passes() {
     let s = Scratch::new();
-    // mkfs.xfs refuses filesystems under 300 MB. clap takes each flag once, so this run's
-    // command is built here with the CI sizes of tests/common and a 320 MiB disk.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
-        .arg("matrix")
-        .args(["--runs-dir".as_ref(), s.runs().as_os_str()])
-        .args(["--work-dir".as_ref(), s.work().as_os_str()])
-        .args(["--db".as_ref(), s.db().as_os_str()])
-        .args([
-            "--runtime",
-            "4",
-            "--ramp",
-            "1",
-            "--size",
-            "32M",
-            "--memory",
-            "384",
-        ])
-        .args([
-            "--backend",
-            "local",
-            "--format",
-            "raw",
-            "--layout",
-            "xfs",
-            "--disk-mib",
-            "320",
-        ])
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    // mkfs.xfs refuses filesystems under 300 MB.
+    let out = matrix_sized(
+        &s,
+        &["--disk-mib", "320", "--memory", "384"],
+        &["--backend", "local", "--format", "raw", "--layout", "xfs"],
+    );
     assert_eq!(out.status.code(), Some(0));
     let (_, rec) = s.run_record();
     let c = &rec.cells[0];
