@@ -129,6 +129,10 @@ pub struct MatrixArgs {
     /// bonnie++ -n: files to create, in thousands. [default: 16]
     #[arg(long)]
     pub bonnie_files: Option<u32>,
+    /// After each fio cell, run the same job with the host's fio on the disk's backing file or
+    /// device, and report guest/host efficiency.
+    #[arg(long)]
+    pub host_baseline: bool,
     /// Guest vCPUs. [default: 2]
     #[arg(long)]
     pub vcpus: Option<u32>,
@@ -380,6 +384,7 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     if a.no_probe {
         c.probe = false;
     }
+    c.host_baseline |= a.host_baseline;
     for spec in &a.connect {
         apply_connect(&mut c, spec)?;
     }

@@ -175,6 +175,7 @@ async fn attempt(
     let spec = domain_spec(env, cell, seq, &disk, dir, &sock_dir);
     let xml = domain_xml::render(&spec)?;
     std::fs::write(dir.join("domain.xml"), &xml)?;
+    plan.write_jobs(dir)?;
 
     env.ui.send(Output::Phase(Phase::Boot));
     let t = Instant::now();
@@ -220,18 +221,18 @@ async fn attempt(
     let sampler = tokio::spawn(sample_window(
         dom.clone(),
         sources,
-        cfg.ramp,
+        plan.window,
         ev_rx,
         cell.hypervisor,
     ));
-    env.ui.send(Output::Phase(if cfg.ramp > 0 {
+    let ramp_step = plan.window.0 > 0;
+    env.ui.send(Output::Phase(if ramp_step {
         Phase::Ramp
     } else {
         Phase::Run
     }));
     let ui = env.ui.clone();
-    let ramp = cfg.ramp;
-    let mut ramp_shown = false;
+    let window_from = plan.window.0;
     let job = Job {
         id: 2,
         disk_serial: TEST_DISK_SERIAL.into(),
@@ -248,9 +249,9 @@ async fn attempt(
         }
         if let JobEvent::StepDone { step } = e {
             let _ = ev_tx.send(step);
-        }
-        if !ramp_shown && ramp > 0 {
-            ramp_shown = true;
+            if ramp_step && step == window_from {
+                ui.send(Output::Phase(Phase::Run));
+            }
         }
     })
     .await;
@@ -277,6 +278,22 @@ async fn attempt(
 
     let (mut metrics, samples, io_secs) = plan.parse(&out)?;
     metrics.extend(window.finish(io_secs, cell.hypervisor));
+    if cfg.host_baseline {
+        // The guest is gone and the disk still exists: the backing target is the host's alone.
+        let b = tokio::task::block_in_place(|| {
+            let prefill = plan.prefill_job.as_deref().filter(|_| cfg.prefill);
+            let job = plan.baseline_job.as_deref();
+            workload::baseline::run(
+                job,
+                prefill,
+                disk.host_path.as_deref(),
+                &metrics,
+                &cell_work,
+            )
+        });
+        params.extend(b.params);
+        metrics.extend(b.metrics);
+    }
     Ok((metrics, samples))
 }
 
@@ -286,6 +303,13 @@ struct WorkPlan {
     disk_bytes: u64,
     prep: Vec<Step>,
     measure: Vec<Step>,
+    /// The host-side window: from the end of `measure[.0]` to the end of `measure[.1]`.
+    window: (u32, u32),
+    /// The measured fio job with `{disk}` for the target and vmbench's ramp in it (the host
+    /// baseline runs it as one job), or `None` for bonnie++.
+    baseline_job: Option<String>,
+    /// The prefill job with `{disk}`.
+    prefill_job: Option<String>,
 }
 
 const LOG_PREFIX: &str = "vmbench";
@@ -308,9 +332,10 @@ impl WorkPlan {
             "{disk}"
         };
         let mut disk_bytes = cfg.disk_mib << 20;
+        let (mut baseline_job, mut prefill_text) = (None, None);
+        let mut window = (0, 1);
         let measure = match engine {
             Engine::Fio => {
-                let job = fio_job_text(cfg, &cell.workload)?.replace("{disk}", target);
                 if cfg.prefill {
                     prep.push(Step::Fio {
                         job_text: prefill_job(target, &cfg.size),
@@ -319,16 +344,21 @@ impl WorkPlan {
                         log_prefix: None,
                     });
                 }
-                let job_text = fio::with_log_options(&job, LOG_PREFIX);
-                vec![
-                    Step::DropCaches,
-                    Step::Fio {
-                        job_text,
-                        args: vec![],
-                        output_name: "fio.json".into(),
-                        log_prefix: Some(LOG_PREFIX.into()),
-                    },
-                ]
+                prefill_text = Some(prefill_job("{disk}", &cfg.size));
+                baseline_job = Some(fio_job_text(cfg, &cell.workload, cfg.ramp)?);
+                let mut steps = vec![Step::DropCaches];
+                if let Some(ramp) = ramp_job(cfg, &cell.workload, target) {
+                    steps.push(ramp);
+                    window = (1, 2);
+                }
+                let job = fio_job_text(cfg, &cell.workload, 0)?.replace("{disk}", target);
+                steps.push(Step::Fio {
+                    job_text: fio::with_log_options(&job, LOG_PREFIX),
+                    args: vec![],
+                    output_name: "fio.json".into(),
+                    log_prefix: Some(LOG_PREFIX.into()),
+                });
+                steps
             }
             Engine::Bonnie => {
                 // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
@@ -361,7 +391,36 @@ impl WorkPlan {
             disk_bytes,
             prep,
             measure,
+            window,
+            baseline_job,
+            prefill_job: prefill_text,
         })
+    }
+
+    /// The exact job texts the guest runs, as artifacts: `job.fio` (the measured job),
+    /// `ramp.fio` (the warm-up), `bonnie.args` (one argument a line).
+    fn write_jobs(&self, dir: &Path) -> std::io::Result<()> {
+        for step in &self.measure {
+            match step {
+                Step::Fio {
+                    job_text,
+                    output_name,
+                    ..
+                } => {
+                    let name = if output_name == "fio.json" {
+                        "job.fio"
+                    } else {
+                        "ramp.fio"
+                    };
+                    std::fs::write(dir.join(name), job_text)?;
+                }
+                Step::Bonnie { args, .. } => {
+                    std::fs::write(dir.join("bonnie.args"), args.join("\n") + "\n")?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Metrics, per-second samples and the engine's measured seconds (fio's runtime).
@@ -411,14 +470,16 @@ impl WorkPlan {
     }
 }
 
-fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId) -> Result<String, CellFailure> {
+/// The workload's fio job with `{disk}`; a preset gets `ramp` seconds of ramp_time (a job file
+/// keeps its own).
+fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId, ramp: u32) -> Result<String, CellFailure> {
     match w {
         WorkloadId::Preset(name) => {
             let p = workload::PRESETS
                 .iter()
                 .find(|p| p.name == name)
                 .ok_or("unknown preset")?;
-            Ok(fio::render_preset(p.job, cfg.runtime, cfg.ramp, &cfg.size))
+            Ok(fio::render_preset(p.job, cfg.runtime, ramp, &cfg.size))
         }
         WorkloadId::FioFile(path) => {
             let text = std::fs::read_to_string(path)
@@ -428,6 +489,22 @@ fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId) -> Result<String, CellFailur
                 .text)
         }
     }
+}
+
+/// A preset's warm-up as its own step: the same job for `ramp` seconds. The host window then
+/// starts exactly when the warm-up ends, so QMP's counts match fio's (fio's in-job ramp_time
+/// ends at a moment the host cannot see). Job files keep their own ramp_time and get none.
+fn ramp_job(cfg: &MatrixConfig, w: &WorkloadId, target: &str) -> Option<Step> {
+    let WorkloadId::Preset(name) = w else {
+        return None;
+    };
+    let p = workload::preset(name)?;
+    (cfg.ramp > 0 && p.engine == Engine::Fio).then(|| Step::Fio {
+        job_text: fio::render_preset(p.job, cfg.ramp, 0, &cfg.size).replace("{disk}", target),
+        args: vec![],
+        output_name: "ramp.json".into(),
+        log_prefix: None,
+    })
 }
 
 /// One sequential pass over the test area, so the measurement never hits first allocation.
@@ -628,7 +705,7 @@ impl Window {
 async fn sample_window(
     dom: Arc<RunningDomain>,
     src: Sources,
-    ramp: u32,
+    (from, to): (u32, u32),
     mut steps: tokio::sync::mpsc::UnboundedReceiver<u32>,
     hv: Hypervisor,
 ) -> Window {
@@ -641,21 +718,21 @@ async fn sample_window(
             .ok()
             .and_then(|a| qmp::parse_blockstats(&a).ok())
     };
-    // Step 0 (drop caches) done: fio starts now; its ramp is excluded.
+    // The step before the measured one (drop caches, or the warm-up) is done: the engine starts.
     loop {
         match steps.recv().await {
-            Some(0) => break,
+            Some(s) if s == from => break,
             Some(_) => continue,
             None => return w,
         }
     }
-    tokio::time::sleep(Duration::from_secs(ramp as u64)).await;
     w.start = Some(metrics::snapshot(&src, block(&dom)));
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
             s = steps.recv() => match s {
-                Some(1) | None => break,
+                Some(s) if s == to => break,
+                None => break,
                 Some(_) => continue,
             },
             _ = tick.tick() => {

@@ -45,6 +45,10 @@ pub struct MatrixConfig {
     pub prefill: bool,
     /// bonnie++ `-n`: files to create, in thousands. Default 16 (bonnie++'s own default).
     pub bonnie_files: u32,
+    /// After each fio cell, run the same job with the host's fio directly on the disk's backing
+    /// target (image file, LUN file, block device) and add `host_baseline_*` and
+    /// `*_efficiency_pct` (guest IOPS / host IOPS). Default false.
+    pub host_baseline: bool,
     /// Guest vCPUs. Default 2.
     pub vcpus: u32,
     /// Guest memory in MiB. Default 512.
@@ -110,6 +114,7 @@ impl Default for MatrixConfig {
             disk_mib: 1024,
             prefill: true,
             bonnie_files: 16,
+            host_baseline: false,
             vcpus: 2,
             memory_mib: 512,
             boot_timeout: 60,

@@ -2,6 +2,7 @@
 //! parameters; `file:PATH` takes a user fio job file. Engine output parsers live beside them
 //! (`fio.rs`: fio's JSON; `bonnie.rs`: bonnie++'s CSV).
 
+pub mod baseline;
 pub mod bonnie;
 pub mod fio;
 

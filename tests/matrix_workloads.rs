@@ -1,0 +1,281 @@
+//! Issue 5's workloads and measurements on real cells (libvirtd, QEMU under TCG, the vmbench
+//! guest): bonnie++, a user fio job file, the xfs layout, the host baseline, QMP block stats
+//! against fio's own counts, and the provenance of every passed result.
+mod common;
+use common::*;
+use vmbench::results::{CellResult, Value};
+
+const USER_JOB: &str = "tests/fixtures/jobs/user-randrw.fio";
+
+fn value<'a>(c: &'a CellResult, key: &str) -> &'a Value {
+    &c.metric(key)
+        .unwrap_or_else(|| panic!("{}: no metric {key}", c.cell_id))
+        .value
+}
+
+/// Every field a passed result must carry to be comparable with another.
+fn assert_provenance(c: &CellResult) {
+    let p = &c.provenance;
+    for (name, v) in [
+        ("host_kernel", &p.host_kernel),
+        ("qemu", &p.qemu),
+        ("libvirt", &p.libvirt),
+        ("guest_kernel", &p.guest_kernel),
+        ("cpu_model", &p.cpu_model),
+        ("image", &p.image),
+        ("bonnie", &p.bonnie),
+    ] {
+        assert!(
+            !v.trim().is_empty(),
+            "{}: provenance {name} empty: {p:?}",
+            c.cell_id
+        );
+    }
+    assert!(p.fio.starts_with("fio-"), "{}: {p:?}", c.cell_id);
+}
+
+/// The cell directory of the `n`th cell of the only run.
+fn cell_dir(s: &Scratch, n: usize) -> std::path::PathBuf {
+    let (dir, _) = s.run_record();
+    let mut cells: Vec<_> = std::fs::read_dir(dir.join("cells"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    cells.sort();
+    cells[n].clone()
+}
+
+/// Host-observed ops over the window against fio's own I/O counts, per direction.
+fn assert_qmp_matches_fio(c: &CellResult) {
+    for (host, guest) in [
+        ("host_read_ops", "read_ios"),
+        ("host_write_ops", "write_ios"),
+    ] {
+        let (h, g) = (num(c, host), num(c, guest));
+        assert!(g > 100.0, "{}: {guest} = {g}", c.cell_id);
+        let off = (h - g).abs() / g;
+        eprintln!(
+            "{}: {host} {h} vs {guest} {g}: {:.2}%",
+            c.cell_id,
+            off * 100.0
+        );
+        assert!(
+            off <= 0.05,
+            "{}: {host} {h} vs {guest} {g} ({:.1}% apart)",
+            c.cell_id,
+            off * 100.0
+        );
+    }
+}
+
+/// `vmbench matrix` with tests/common's CI timings but this test's disk and memory sizes
+/// (clap takes each flag once, so `Scratch::matrix`'s defaults cannot be overridden).
+fn matrix_sized(s: &Scratch, sizes: &[&str], args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .arg("matrix")
+        .args(["--runs-dir".as_ref(), s.runs().as_os_str()])
+        .args(["--work-dir".as_ref(), s.work().as_os_str()])
+        .args(["--db".as_ref(), s.db().as_os_str()])
+        .args(["--runtime", "4", "--ramp", "1", "--size", "32M"])
+        .args(sizes)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    eprintln!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
+    let s = Scratch::new();
+    // bonnie++ writes twice the guest RAM: the smallest guest (128 MiB) keeps -s at 256 MiB.
+    let out = matrix_sized(
+        &s,
+        &["--disk-mib", "64", "--memory", "128"],
+        &[
+            "--backend",
+            "local",
+            "--format",
+            "raw",
+            "--workload",
+            "bonnie",
+            "--bonnie-files",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let (_, rec) = s.run_record();
+    let c = &rec.cells[0];
+    assert!(passed(c), "{:?}", c.outcome);
+    assert_eq!(
+        c.cell.layout,
+        vmbench::cell::Layout::Ext4,
+        "bonnie++ measures a filesystem"
+    );
+    assert_eq!(
+        num(c, "file_size_mib"),
+        256.0,
+        "-s is twice -r (the guest RAM)"
+    );
+    assert!(num(c, "seq_out_block_kps") > 0.0);
+    assert!(
+        num(c, "seq_out_char_kps") > 0.0,
+        "per-char tests ran (no -f)"
+    );
+    assert!(num(c, "random_seeks_ps") > 0.0);
+    // Where bonnie++ printed +++++ the value is TooFast, never a number.
+    let csv = std::fs::read_to_string(cell_dir(&s, 0).join("bonnie.txt")).unwrap();
+    let line = vmbench::workload::bonnie::find_csv_line(&csv).unwrap();
+    let fields: Vec<&str> = line.split(',').collect();
+    let mut too_fast = 0;
+    // Format 1.98: the six file operations' rates are fields 26, 28 ... 36.
+    for (i, key) in [
+        "seq_create",
+        "seq_read",
+        "seq_delete",
+        "random_create",
+        "random_read",
+        "random_delete",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let plus = fields[26 + 2 * i] == "+++++";
+        let v = value(c, &format!("{key}_ps"));
+        assert_eq!(plus, v == &Value::TooFast, "{key}: {v:?} in {line}");
+        too_fast += plus as u32;
+    }
+    assert!(
+        too_fast > 0,
+        "bonnie++ printed no +++++ with 1024 files: {line}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("+++++"));
+    let args = std::fs::read_to_string(cell_dir(&s, 0).join("bonnie.args")).unwrap();
+    assert!(!args.lines().any(|a| a == "-f"), "{args}");
+    assert_provenance(c);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for head in [
+        "Seq Output Per Chr",
+        "Random Seeks",
+        "Seq Create",
+        "qemu/local/raw/ext4",
+    ] {
+        assert!(stdout.contains(head), "{head} missing from\n{stdout}");
+    }
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn preset_and_job_file_cells_with_host_baseline_qmp_and_provenance() {
+    let s = Scratch::new();
+    let job = format!(
+        "file:{}",
+        std::fs::canonicalize(USER_JOB).unwrap().display()
+    );
+    let out = s.matrix(&[
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--workload",
+        &format!("pg-randrw,{job}"),
+        "--host-baseline",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let (_, rec) = s.run_record();
+    assert_eq!(rec.cells.len(), 2);
+    for (i, c) in rec.cells.iter().enumerate() {
+        assert!(passed(c), "{}: {:?}", c.cell_id, c.outcome);
+        assert!(num(c, "read_iops") > 0.0 && num(c, "write_iops") > 0.0);
+        assert!(num(c, "host_baseline_read_iops") > 0.0, "{}", c.cell_id);
+        assert!(num(c, "host_baseline_write_iops") > 0.0, "{}", c.cell_id);
+        let eff = num(c, "read_efficiency_pct");
+        let want = 100.0 * num(c, "read_iops") / num(c, "host_baseline_read_iops");
+        assert!(
+            (eff - want).abs() < 1e-9 && eff > 0.0,
+            "{}: {eff}",
+            c.cell_id
+        );
+        assert!(num(c, "write_efficiency_pct") > 0.0);
+        assert!(c
+            .params
+            .get("host_fio")
+            .is_some_and(|v| v.starts_with("fio-")));
+        let target = c
+            .params
+            .get("host_baseline_target")
+            .expect("target recorded");
+        assert!(
+            target.ends_with(".raw") || target.ends_with(".img"),
+            "{target}"
+        );
+        assert_qmp_matches_fio(c);
+        assert_provenance(c);
+        let d = cell_dir(&s, i);
+        let job_text = std::fs::read_to_string(d.join("job.fio")).unwrap();
+        assert!(job_text.contains("filename="), "{job_text}");
+        assert!(d.join("domain.xml").is_file());
+    }
+    let user = rec
+        .cells
+        .iter()
+        .find(|c| c.cell_id.contains("file"))
+        .unwrap();
+    let text = std::fs::read_to_string(cell_dir(&s, 1).join("job.fio")).unwrap();
+    assert!(text.contains("[user-randrw]"), "{text}");
+    // 50/50 mix in the job file, so not the preset's 70/30.
+    let share = num(user, "read_share_pct");
+    assert!((40.0..=60.0).contains(&share), "{share}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("user-randrw") || stdout.contains("file:"),
+        "{stdout}"
+    );
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn xfs_layout_cell_passes() {
+    let s = Scratch::new();
+    // mkfs.xfs refuses filesystems under 300 MB.
+    let out = matrix_sized(
+        &s,
+        &["--disk-mib", "320", "--memory", "384"],
+        &["--backend", "local", "--format", "raw", "--layout", "xfs"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let (_, rec) = s.run_record();
+    let c = &rec.cells[0];
+    assert_eq!(c.cell.layout, vmbench::cell::Layout::Xfs);
+    assert_real_randrw(c);
+    assert_provenance(c);
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn bad_job_files_are_exit_2_before_any_domain() {
+    let s = Scratch::new();
+    for (file, want) in [
+        ("tests/fixtures/jobs/names-filename.fio", "filename"),
+        (
+            "tests/fixtures/jobs/unknown-option.fio",
+            "no_such_option_vmbench",
+        ),
+    ] {
+        let w = format!("file:{}", std::fs::canonicalize(file).unwrap().display());
+        let out = s.matrix(&["--backend", "local", "--format", "raw", "--workload", &w]);
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{file}: {err}");
+        assert!(
+            !s.runs().exists() && !s.work().exists(),
+            "{file} created files"
+        );
+    }
+    s.assert_no_leftovers();
+}
