@@ -422,9 +422,10 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
 
 fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
     for f in &a.inject_fault {
-        c.test_hooks
-            .faults
-            .push(f.parse().map_err(|e| CliError::Usage(format!("--inject-fault: {e}")))?);
+        c.test_hooks.faults.push(
+            f.parse()
+                .map_err(|e| CliError::Usage(format!("--inject-fault: {e}")))?,
+        );
     }
     match a.heartbeat_timeout {
         Some(0) => Err(CliError::Usage(

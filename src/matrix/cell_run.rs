@@ -471,6 +471,10 @@ fn describe_guest_error(e: &str, dom: &RunningDomain, console: &Path) -> String 
     if let Some(line) = tail.lines().find(|l| l.contains("Kernel panic")) {
         return format!("guest kernel panic: {}", line.trim());
     }
+    if e.contains("channel closed") {
+        // libvirt learns of a dead QEMU a moment after its sockets close.
+        tokio::task::block_in_place(|| dom.wait_gone(Duration::from_secs(3)));
+    }
     match faults::domain_note(dom) {
         Some(note) if !e.starts_with("storage server lost") => format!("{e}; {note}"),
         _ => e.to_string(),

@@ -120,7 +120,10 @@ mod tests {
             })
         );
         assert_eq!("panic@3".parse::<Fault>().map(|f| f.seq), Ok(3));
-        assert!("reboot".parse::<Fault>().unwrap_err().contains("valid: panic"));
+        assert!("reboot"
+            .parse::<Fault>()
+            .unwrap_err()
+            .contains("valid: panic"));
         assert!("panic@x".parse::<Fault>().is_err());
     }
 
