@@ -185,6 +185,12 @@ pub struct MatrixArgs {
     /// Use --block-device even if it holds a filesystem signature.
     #[arg(long)]
     pub force: bool,
+    /// Test only: inject a fault, KIND[@CELL] (e.g. `panic@1`); repeatable.
+    #[arg(long, hide = true, value_name = "KIND")]
+    pub inject_fault: Vec<String>,
+    /// Test only: seconds of guest silence before a job is declared stalled. [default: 15]
+    #[arg(long, hide = true)]
+    pub heartbeat_timeout: Option<u64>,
     /// Print the cells, their estimated duration and domain XML; start nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -414,8 +420,28 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     opt!(block_device);
     s.allow_destroy |= a.allow_destroy;
     s.force |= a.force;
+    test_hooks(&mut c, a)?;
     c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(c)
+}
+
+fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
+    for f in &a.inject_fault {
+        c.test_hooks.faults.push(
+            f.parse()
+                .map_err(|e| CliError::Usage(format!("--inject-fault: {e}")))?,
+        );
+    }
+    match a.heartbeat_timeout {
+        Some(0) => Err(CliError::Usage(
+            "--heartbeat-timeout must be at least 1".into(),
+        )),
+        Some(s) => {
+            c.test_hooks.heartbeat_timeout = Some(std::time::Duration::from_secs(s));
+            Ok(())
+        }
+        None => Ok(()),
+    }
 }
 
 fn apply_connect(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {

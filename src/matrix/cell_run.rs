@@ -4,6 +4,7 @@
 //! handle's Drop) and tears the disk down (the caller's guard).
 
 use super::config::{parse_size, MatrixConfig};
+use super::faults;
 use super::progress::{parse_fio_eta, Output, Phase, Ui};
 use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
 use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
@@ -205,7 +206,7 @@ async fn attempt(
             disk_serial: TEST_DISK_SERIAL.into(),
             steps: plan.prep.clone(),
         };
-        let out = run_job(env, &mut guest, job, &console, |_| {}).await?;
+        let out = run_job(env, &dom, &mut guest, job, &console, |_| {}).await?;
         check_steps(&out, &plan.prep, &console)?;
     }
     drop_host_caches();
@@ -236,9 +237,9 @@ async fn attempt(
     let job = Job {
         id: 2,
         disk_serial: TEST_DISK_SERIAL.into(),
-        steps: plan.measure.clone(),
+        steps: cfg.test_hooks.apply(seq, plan.measure.clone()),
     };
-    let measured = run_job(env, &mut guest, job, &console, |e| {
+    let measured = run_job(env, &dom, &mut guest, job, &console, |e| {
         if let JobEvent::Status { line, .. } = &e {
             if let Some((r, w)) = parse_fio_eta(line) {
                 ui.send(Output::Live {
@@ -514,28 +515,47 @@ fn prefill_job(target: &str, size: &str) -> String {
     )
 }
 
+/// Runs a job; a lost storage server or an I/O-error pause fails it at once (the guest's I/O
+/// would otherwise hang until the total timeout while its heartbeats go on).
 async fn run_job(
     env: &CellEnv<'_>,
+    dom: &Arc<RunningDomain>,
     guest: &mut Guest,
     job: Job,
     console: &Path,
     on_event: impl FnMut(JobEvent<'_>),
 ) -> Result<JobOutput, CellFailure> {
-    let limits = JobLimits {
+    let mut limits = JobLimits {
         total_timeout: Duration::from_secs(env.cfg.runtime as u64 * 4 + env.cfg.ramp as u64 + 600),
         ..JobLimits::default()
     };
-    cancellable(env.cancel, guest.run(job, &limits, on_event))
+    if let Some(hb) = env.cfg.test_hooks.heartbeat_timeout {
+        limits.heartbeat_timeout = hb;
+    }
+    let run = async {
+        tokio::select! {
+            r = guest.run(job, &limits, on_event) => r.map_err(|e| e.to_string()),
+            lost = faults::storage_lost(dom.clone(), env.server) => Err(lost),
+        }
+    };
+    cancellable(env.cancel, run)
         .await
-        .map_err(|e| with_console(&describe_guest_error(&e, console), console))
+        .map_err(|e| with_console(&describe_guest_error(&e, dom, console), console))
 }
 
-fn describe_guest_error(e: &str, console: &Path) -> String {
+fn describe_guest_error(e: &str, dom: &RunningDomain, console: &Path) -> String {
     let tail = read_tail(console, 60);
     if let Some(line) = tail.lines().find(|l| l.contains("Kernel panic")) {
         return format!("guest kernel panic: {}", line.trim());
     }
-    e.to_string()
+    if e.contains("channel closed") {
+        // libvirt learns of a dead QEMU a moment after its sockets close.
+        tokio::task::block_in_place(|| dom.wait_gone(Duration::from_secs(3)));
+    }
+    match faults::domain_note(dom) {
+        Some(note) if !e.starts_with("storage server lost") => format!("{e}; {note}"),
+        _ => e.to_string(),
+    }
 }
 
 fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), CellFailure> {

@@ -67,6 +67,9 @@ pub struct MatrixConfig {
     pub include: Vec<BTreeMap<String, String>>,
     /// Backend parameters.
     pub storage: StorageConfig,
+    /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
+    #[serde(skip)]
+    pub test_hooks: super::faults::TestHooks,
 }
 
 /// Backend parameters; empty server fields mean "start an embedded server on loopback".
@@ -123,6 +126,7 @@ impl Default for MatrixConfig {
             exclude: vec![],
             include: vec![],
             storage: StorageConfig::default(),
+            test_hooks: Default::default(),
         }
     }
 }

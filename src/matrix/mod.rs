@@ -5,6 +5,7 @@
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
+pub mod faults;
 pub mod probe;
 pub mod progress;
 pub mod runner;

@@ -514,7 +514,11 @@ impl Servers {
 
     fn ganesha(&mut self) -> Result<Arc<storage::ganesha::Ganesha>, NotRunnable> {
         if let Some(g) = &self.ganesha {
-            return Ok(g.clone());
+            if super::faults::process_alive(g.pid()) {
+                return Ok(g.clone());
+            }
+            // Died during an earlier cell (that cell failed with the reason): start a new one.
+            self.ganesha = None;
         }
         if let Some(r) = self.broken.get("ganesha") {
             return Err(NotRunnable::Failed(r.clone()));
@@ -533,7 +537,11 @@ impl Servers {
 
     fn tgt(&mut self) -> Result<Arc<storage::tgt::Tgt>, NotRunnable> {
         if let Some(t) = &self.tgt {
-            return Ok(t.clone());
+            if t.running() {
+                return Ok(t.clone());
+            }
+            // Died during an earlier cell (that cell failed with the reason): start a new one.
+            self.tgt = None;
         }
         if let Some(r) = self.broken.get("tgt") {
             return Err(NotRunnable::Failed(r.clone()));

@@ -315,7 +315,8 @@ fn create_sparse(path: &Path, bytes: u64) -> Result<(), StorageError> {
 fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
     match c {
         Created::Target { tid, file } => {
-            if let Some(t) = tgt {
+            // A tgtd that died (killed mid-run) took its targets with it.
+            if let Some(t) = tgt.filter(|t| t.running()) {
                 t.delete_target(*tid)?;
             }
             match std::fs::remove_file(file) {
