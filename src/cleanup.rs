@@ -282,9 +282,16 @@ mod tests {
 
     #[test]
     fn tgtd_control_port_from_its_command_line() {
-        let args: Vec<String> = ["tgtd", "-f", "-C", "1234", "--iscsi", "portal=127.0.0.1:3260"]
-            .map(String::from)
-            .to_vec();
+        let args: Vec<String> = [
+            "tgtd",
+            "-f",
+            "-C",
+            "1234",
+            "--iscsi",
+            "portal=127.0.0.1:3260",
+        ]
+        .map(String::from)
+        .to_vec();
         assert_eq!(pid_ctl_port(&args), Some(1234));
         assert_eq!(pid_ctl_port(&args[..2]), None);
     }

@@ -40,7 +40,10 @@ impl Running {
             {
                 let lines = self.lines.lock().unwrap();
                 if let Some(i) = lines.iter().position(|l| l.contains(first)) {
-                    if lines[i..].iter().any(|l| then.iter().any(|t| l.contains(t))) {
+                    if lines[i..]
+                        .iter()
+                        .any(|l| then.iter().any(|t| l.contains(t)))
+                    {
                         return;
                     }
                 }
@@ -95,7 +98,10 @@ fn cleanup(s: &Scratch) -> String {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("--- cleanup\n{text}{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!(
+        "--- cleanup\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(out.status.code(), Some(0));
     text
 }
@@ -174,13 +180,22 @@ fn sigint_mid_cell_keeps_finished_cells_and_resume_runs_exactly_the_rest() {
     s.assert_no_leftovers();
     assert!(!s.work().join(&run_id).exists());
     let rec = load(&run);
-    assert_eq!(rec.cells.len(), 1, "only the finished cell: {:?}", rec.cells);
+    assert_eq!(
+        rec.cells.len(),
+        1,
+        "only the finished cell: {:?}",
+        rec.cells
+    );
     assert_real_randrw(&rec.cells[0]);
     let first = rec.cells[0].clone();
     // The interrupted cell's directory stays (its console log explains it), without a result.
     let dirs = cell_dirs(&run);
     assert_eq!(dirs.len(), 2, "{dirs:?}");
-    assert!(!run.join("cells").join(&dirs[1]).join("result.json").exists());
+    assert!(!run
+        .join("cells")
+        .join(&dirs[1])
+        .join("result.json")
+        .exists());
 
     let out = vmbench(&["matrix", "--resume"])
         .arg(&run)
@@ -277,7 +292,14 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
 #[test]
 fn two_runs_at_once_do_not_collide() {
     let (a, b) = (Scratch::new(), Scratch::new());
-    let args = ["--hypervisor", "qemu", "--backend", "local", "--format", "raw"];
+    let args = [
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+    ];
     let mut ra = Running::spawn(a.matrix_cmd(&args).stdout(Stdio::null()));
     let mut rb = Running::spawn(b.matrix_cmd(&args).stdout(Stdio::null()));
     let (ca, ea) = ra.wait(Duration::from_secs(240));
@@ -320,7 +342,10 @@ fn dry_run_prints_cells_xml_skips_and_estimate_and_creates_nothing() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     // 2 backends x 2 formats with cache=none run; the 4 with writeback+native are skipped.
-    assert!(text.starts_with("4 cell(s) x 1 repeat(s) = 4 run(s), about "), "{text}");
+    assert!(
+        text.starts_with("4 cell(s) x 1 repeat(s) = 4 run(s), about "),
+        "{text}"
+    );
     assert!(text.contains(" min in all"), "{text}");
     assert_eq!(text.matches("\nskipped  ").count(), 4, "{text}");
     assert!(text.contains("io=native needs cache=none"), "{text}");

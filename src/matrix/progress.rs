@@ -260,7 +260,14 @@ mod tests {
         let t0 = std::time::Instant::now();
         let mut l = |o, secs| p.line(o, t0 + Duration::from_secs(secs));
         assert_eq!(
-            l(Output::Start { total: 4, est_secs: 30 }, 0).as_deref(),
+            l(
+                Output::Start {
+                    total: 4,
+                    est_secs: 30
+                },
+                0
+            )
+            .as_deref(),
             Some("matrix: 4 cell run(s), about 30 s each")
         );
         let start = Output::CellStart {
@@ -268,7 +275,10 @@ mod tests {
             label: "qemu/local/raw".into(),
         };
         assert_eq!(l(start, 0).as_deref(), Some("[2/4] qemu/local/raw: start"));
-        assert_eq!(l(Output::Phase(Phase::Boot), 0).as_deref(), Some("  phase: boot"));
+        assert_eq!(
+            l(Output::Phase(Phase::Boot), 0).as_deref(),
+            Some("  phase: boot")
+        );
         let live = |r| Output::Live {
             read_iops: r,
             write_iops: 1,

@@ -83,19 +83,28 @@ impl Scratch {
         (dirs[0].clone(), rec)
     }
 
-    /// Asserts nothing of a run is left: no vmbench domain, no work files, no servers.
+    /// Asserts nothing of this scratch's runs is left: no domain of theirs, no work files, no
+    /// server whose config or log lies in their `servers/` directory. Scoped to these runs
+    /// because other tests (and engineers) run VMs and servers on the same host at the same time.
     pub fn assert_no_leftovers(&self) {
+        let runs: Vec<PathBuf> = std::fs::read_dir(self.runs())
+            .map(|it| it.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
         let doms = virsh(&["list", "--all", "--name"]);
-        assert!(
-            !doms.lines().any(|l| l.starts_with("vmbench-")),
-            "domains left: {doms}"
-        );
+        for run in &runs {
+            let id = run.file_name().unwrap().to_string_lossy();
+            assert!(
+                !doms
+                    .lines()
+                    .any(|l| l.starts_with(&format!("vmbench-{id}"))),
+                "domains left: {doms}"
+            );
+            let servers = vmbench::cleanup::server_processes(&run.join("servers"));
+            assert!(servers.is_empty(), "servers still running: {servers:?}");
+        }
         if self.work().exists() {
             let left: Vec<_> = std::fs::read_dir(self.work()).unwrap().collect();
             assert!(left.is_empty(), "work dir not empty: {left:?}");
-        }
-        for comm in ["ganesha.nfsd", "tgtd"] {
-            assert!(pids_named(comm).is_empty(), "{comm} still running");
         }
     }
 }
@@ -117,7 +126,9 @@ pub fn pids_named(comm: &str) -> Vec<u32> {
         .filter(|pid| {
             // A zombie (an orphan whose reaper has not run yet) is not a running server.
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = state.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'));
+            let zombie = state
+                .rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'));
             !zombie
                 && std::fs::read_to_string(format!("/proc/{pid}/comm"))
                     .map(|c| c.trim() == comm)
