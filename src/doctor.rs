@@ -139,6 +139,9 @@ fn backend(b: Backend) -> Result<String, String> {
         )),
         Backend::Nfs => return embedded("nfs-ganesha", "ganesha.nfsd", "block-nfs.so"),
         Backend::Iscsi => return embedded("tgt", "tgtd", "block-iscsi.so"),
+        Backend::Lvm if !crate::storage::lvm::device_mapper_present() => {
+            return Err("no device-mapper (LVM volumes cannot be activated)".into())
+        }
         Backend::Lvm => Box::new(crate::storage::lvm::LvmBackend::new(String::new(), None)),
         Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
     };

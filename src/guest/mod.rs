@@ -125,7 +125,18 @@ impl Guest {
         let end = Instant::now() + timeout;
         loop {
             let left = end.saturating_duration_since(Instant::now());
-            match chan.recv(left, "the agent's hello").await? {
+            let msg = chan
+                .recv(left, "the agent's hello")
+                .await
+                .map_err(|e| match e {
+                    // Say the limit the user set, not what was left of it.
+                    GuestError::Timeout { waiting_for, .. } => GuestError::Timeout {
+                        waiting_for,
+                        secs: timeout.as_secs(),
+                    },
+                    e => e,
+                })?;
+            match msg {
                 GuestMsg::Hello(h) if h.protocol == PROTOCOL_VERSION => {
                     return Ok(Guest { chan, hello: h })
                 }

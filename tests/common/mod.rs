@@ -83,30 +83,51 @@ impl Scratch {
         (dirs[0].clone(), rec)
     }
 
-    /// Asserts nothing of this scratch's runs is left: no domain of theirs, no work files, no
-    /// server whose config or log lies in their `servers/` directory. Scoped to these runs
-    /// because other tests (and engineers) run VMs and servers on the same host at the same time.
+    /// Run ids created under this scratch.
+    pub fn run_ids(&self) -> Vec<String> {
+        std::fs::read_dir(self.runs())
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Asserts nothing of this scratch's runs is left: no domain named after one of its runs, no
+    /// work files, no server started for it. (Other tests' runs on the machine are not counted.)
     pub fn assert_no_leftovers(&self) {
-        let runs: Vec<PathBuf> = std::fs::read_dir(self.runs())
-            .map(|it| it.map(|e| e.unwrap().path()).collect())
-            .unwrap_or_default();
+        let ids = self.run_ids();
         let doms = virsh(&["list", "--all", "--name"]);
-        for run in &runs {
-            let id = run.file_name().unwrap().to_string_lossy();
-            assert!(
-                !doms
-                    .lines()
-                    .any(|l| l.starts_with(&format!("vmbench-{id}"))),
-                "domains left: {doms}"
-            );
-            let servers = vmbench::cleanup::server_processes(&run.join("servers"));
-            assert!(servers.is_empty(), "servers still running: {servers:?}");
-        }
+        let ours: Vec<&str> = doms
+            .lines()
+            .filter(|l| ids.iter().any(|id| l.contains(id.as_str())))
+            .collect();
+        assert!(ours.is_empty(), "domains left: {ours:?}");
         if self.work().exists() {
             let left: Vec<_> = std::fs::read_dir(self.work()).unwrap().collect();
             assert!(left.is_empty(), "work dir not empty: {left:?}");
         }
+        let here = self.dir.path().to_string_lossy().into_owned();
+        for comm in ["ganesha.nfsd", "tgtd"] {
+            let ours: Vec<u32> = pids_named(comm)
+                .into_iter()
+                .filter(|p| opens_under(*p, &here))
+                .collect();
+            assert!(ours.is_empty(), "{comm} still running: {ours:?}");
+        }
     }
+}
+
+/// True when the process has a file open (its log, config, a LUN) under `dir`.
+fn opens_under(pid: u32, dir: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|t| t.to_string_lossy().starts_with(dir))
+            .unwrap_or(false)
+    })
 }
 
 pub fn virsh(args: &[&str]) -> String {

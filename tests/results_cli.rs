@@ -1,0 +1,114 @@
+//! Issue 6 through the CLI on two real runs: the history lists them, `report` renders every
+//! format, `compare` gives verdicts and JUnit, a run moves between databases by export/import,
+//! and `recommend` ranks the cells.
+mod common;
+use common::*;
+use std::process::Command;
+
+fn vmbench(s: &Scratch, args: &[&str]) -> (Option<i32>, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .args(args)
+        .arg("--db")
+        .arg(s.db())
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn history_report_compare_export_import_recommend() {
+    let s = Scratch::new();
+    for _ in 0..2 {
+        let out = s.matrix(&["--backend", "local", "--format", "raw", "--runtime", "3"]);
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let (code, runs, _) = vmbench(&s, &["runs"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        runs.lines().filter(|l| l.contains("finished")).count(),
+        2,
+        "{runs}"
+    );
+
+    let html = s.dir.path().join("r.html");
+    let (code, _, err) = vmbench(
+        &s,
+        &[
+            "report",
+            "--last",
+            "--format",
+            "html",
+            "-o",
+            html.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("<svg") && page.contains("Read IOPS"),
+        "html report"
+    );
+    for (fmt, want) in [
+        ("text", "Read IOPS"),
+        ("markdown", "| Read IOPS"),
+        ("csv", "read_iops"),
+    ] {
+        let (code, out, _) = vmbench(&s, &["report", "last", "--format", fmt]);
+        assert_eq!(code, Some(0));
+        assert!(out.contains(want), "{fmt}: {out}");
+    }
+
+    let junit = s.dir.path().join("junit.xml");
+    let (code, table, err) = vmbench(
+        &s,
+        &[
+            "compare",
+            "last-good",
+            "last",
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+    );
+    // Two runs of the same cell: compared metric by metric, exit 0 unless a significant
+    // regression was found (1), never anything else.
+    assert!(matches!(code, Some(0) | Some(1)), "{err}");
+    assert!(
+        table.contains("read_iops") || table.contains("Read IOPS"),
+        "{table}"
+    );
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("<testsuite") && x.contains("testcase"), "{x}");
+    assert_eq!(
+        code == Some(1),
+        x.contains("<failure"),
+        "exit code and JUnit failures agree"
+    );
+
+    let export = s.dir.path().join("run.json");
+    let (code, _, err) = vmbench(&s, &["export", "last", "-o", export.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let other = Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .args(["import", export.to_str().unwrap(), "--db"])
+        .arg(s.dir.path().join("other.sqlite"))
+        .output()
+        .unwrap();
+    assert!(
+        other.status.success(),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let (code, _, err) = vmbench(&s, &["import", export.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "a duplicate import is refused: {err}");
+
+    let (code, ranked, err) = vmbench(&s, &["recommend", "last", "--objective", "iops=1"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(ranked.starts_with("1. "), "{ranked}");
+    let (code, _, err) = vmbench(&s, &["recommend", "last", "--objective", "speed=1"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("iops"), "valid objectives named: {err}");
+    s.assert_no_leftovers();
+}
