@@ -1,7 +1,8 @@
 //! `vmbench cleanup`: removes what a crashed run left behind, found by vmbench's own markers and
-//! nothing else: domains carrying the metadata marker, embedded servers recorded by pid file in a
-//! run's `servers/` directory, and the run's `work/` directory (images, LUN backing files,
-//! sockets). A run that is still alive holds its lock file, and is never touched.
+//! nothing else: domains carrying the metadata marker (of runs under `--runs-dir`, or the one
+//! named by `--run`), embedded servers whose config or log lies in a dead run's `servers/`
+//! directory, and the run's work directory (images, LUN backing files, sockets). A run that is
+//! still alive holds its lock file, and is never touched.
 
 use crate::cli::CleanupArgs;
 use crate::hypervisor::libvirt::Libvirt;
@@ -39,55 +40,90 @@ pub fn run_is_live(run_dir: &Path) -> bool {
 /// What cleanup found and did.
 #[derive(Debug, Default)]
 pub struct Report {
-    /// Lines, one per object.
+    /// Removed (or, with --dry-run, to be removed), one per object.
     pub lines: Vec<String>,
+    /// Found but left alone, with the reason.
+    pub kept: Vec<String>,
 }
+
+/// The embedded servers vmbench starts; nothing else is ever signalled.
+const SERVER_COMMS: [&str; 3] = ["ganesha.nfsd", "tgtd", "rpcbind"];
+/// Where tgtd keeps its control sockets (a SIGKILLed tgtd leaves them behind).
+const TGTD_SOCKET_DIR: &str = "/var/run/tgtd";
 
 /// Runs cleanup; returns the exit code.
 pub fn run(a: &CleanupArgs) -> anyhow::Result<i32> {
     let mut rep = Report::default();
-    let dead = dead_runs(&a.runs_dir, a.run.as_deref());
-    let live: Vec<String> = list_runs(&a.runs_dir)
-        .into_iter()
+    let runs = list_runs(&a.runs_dir);
+    let live: Vec<String> = runs
+        .iter()
         .filter(|d| run_is_live(d))
-        .filter_map(|d| name(&d))
+        .filter_map(|d| name(d))
         .collect();
+    let known: Vec<String> = runs.iter().filter_map(|d| name(d)).collect();
     match Libvirt::connect(&a.connect) {
-        Ok(conn) => {
-            for d in conn.marked_domains(a.run.as_deref())? {
-                if live
-                    .iter()
-                    .any(|r| d.marker.contains(&format!("run=\"{r}\"")))
-                {
-                    continue;
-                }
-                rep.lines.push(format!("domain {}", d.name));
-                if !a.dry_run {
-                    conn.remove_domain(&d.name)?;
-                }
-            }
-        }
+        Ok(conn) => clean_domains(&conn, a, &live, &known, &mut rep)?,
         Err(e) => rep
-            .lines
+            .kept
             .push(format!("(libvirt not reachable, domains not checked: {e})")),
     }
-    for run in &dead {
-        clean_run_dir(run, a.dry_run, &mut rep);
+    for run in dead_runs(&a.runs_dir, a.run.as_deref()) {
+        clean_run_dir(&run, a.dry_run, &mut rep);
     }
+    print_report(&rep, a.dry_run);
+    Ok(0)
+}
+
+fn print_report(rep: &Report, dry: bool) {
     if rep.lines.is_empty() {
         println!("nothing to clean up");
     }
+    let verb = if dry { "would remove" } else { "removed" };
     for l in &rep.lines {
-        println!(
-            "{}{l}",
-            if a.dry_run {
-                "would remove "
-            } else {
-                "removed "
-            }
-        );
+        println!("{verb} {l}");
     }
-    Ok(0)
+    for l in &rep.kept {
+        println!("left alone: {l}");
+    }
+}
+
+/// The run id in a domain's marker (`run="ID"`).
+pub fn marker_run(marker: &str) -> Option<&str> {
+    let rest = &marker[marker.find("run=\"")? + 5..];
+    rest.split('"').next()
+}
+
+/// Removes marked domains of dead runs. Only runs under `--runs-dir` (or named by `--run`) are
+/// judged: a domain of a run whose directory is elsewhere may belong to a live vmbench that this
+/// cleanup cannot see, and destroying it would wreck that run.
+fn clean_domains(
+    conn: &Libvirt,
+    a: &CleanupArgs,
+    live: &[String],
+    known: &[String],
+    rep: &mut Report,
+) -> anyhow::Result<()> {
+    for d in conn.marked_domains(a.run.as_deref())? {
+        let run = marker_run(&d.marker).unwrap_or("").to_string();
+        if live.contains(&run) {
+            rep.kept
+                .push(format!("domain {} (run {run} is still running)", d.name));
+            continue;
+        }
+        if a.run.is_none() && !known.contains(&run) {
+            rep.kept.push(format!(
+                "domain {} (run {run} has no directory under {}; `--run {run}` removes it)",
+                d.name,
+                a.runs_dir.display()
+            ));
+            continue;
+        }
+        rep.lines.push(format!("domain {}", d.name));
+        if !a.dry_run {
+            conn.remove_domain(&d.name)?;
+        }
+    }
+    Ok(())
 }
 
 fn list_runs(root: &Path) -> Vec<PathBuf> {
@@ -116,26 +152,15 @@ fn dead_runs(root: &Path, only: Option<&str>) -> Vec<PathBuf> {
 }
 
 fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
-    for pidfile in pid_files(&run.join("servers")) {
-        let Some(pid) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        let comm = comm.trim();
-        // Only the servers vmbench starts; a recycled pid of another program is left alone.
-        if !matches!(comm, "ganesha.nfsd" | "tgtd" | "rpcbind") {
-            continue;
-        }
+    let servers = run.join("servers");
+    for (pid, comm) in server_processes(&servers) {
         rep.lines
-            .push(format!("server {comm} (pid {pid}, {})", pidfile.display()));
+            .push(format!("server {comm} (pid {pid}, {})", servers.display()));
         if !dry {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            kill_and_wait(pid);
+            if comm == "tgtd" {
+                remove_tgtd_sockets(pid_ctl_port(&cmdline(pid)));
+            }
         }
     }
     let marker = run.join("work-dir");
@@ -154,9 +179,77 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
     }
     // Server logs are kept (they explain the crash); their pid files go.
     if !dry {
-        for p in pid_files(&run.join("servers")) {
+        for p in pid_files(&servers) {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// Server processes (by name, [`SERVER_COMMS`]) that belong to a run: their command line (the
+/// ganesha config) or their stdout/stderr (every server's log, rpcbind's included) lies in the
+/// run's `servers/` directory. Found this way rather than by pid file alone, because tgtd and
+/// rpcbind write none, and a pid file can name a recycled pid; the process list is what
+/// [`crate::storage::leftovers::find`] scans too.
+pub fn server_processes(servers_dir: &Path) -> Vec<(u32, String)> {
+    let roots: Vec<PathBuf> = [
+        std::fs::canonicalize(servers_dir).ok(),
+        std::path::absolute(servers_dir).ok(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if roots.is_empty() {
+        return vec![];
+    }
+    let mut out = Vec::new();
+    for comm in SERVER_COMMS {
+        for pid in crate::storage::cmd::pids_named(comm) {
+            let under = |p: &Path| roots.iter().any(|r| p.starts_with(r));
+            let by_args = cmdline(pid).iter().any(|a| under(Path::new(a)));
+            let by_fds = (0..3).any(|fd| {
+                std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|t| under(&t))
+            });
+            if by_args || by_fds {
+                out.push((pid, comm.to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pid_ctl_port(args: &[String]) -> Option<u16> {
+    let i = args.iter().position(|a| a == "-C")?;
+    args.get(i + 1)?.parse().ok()
+}
+
+/// SIGKILL (tgtd ignores SIGTERM, and a dead run's servers have nothing left to flush), then
+/// wait until the process is gone or a zombie (an orphan's reaper is not ours to drive).
+fn kill_and_wait(pid: u32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline && crate::storage::cmd::pid_alive(pid) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn remove_tgtd_sockets(port: Option<u16>) {
+    if let Some(p) = port {
+        let _ = std::fs::remove_file(format!("{TGTD_SOCKET_DIR}/socket.{p}"));
+        let _ = std::fs::remove_file(format!("{TGTD_SOCKET_DIR}/socket.{p}.lock"));
     }
 }
 
@@ -174,4 +267,49 @@ fn pid_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_run_id() {
+        let m = r#"<vmbench xmlns="https://vmbench.dev/1" run="20260101-000000-ab12" cell="c"/>"#;
+        assert_eq!(marker_run(m), Some("20260101-000000-ab12"));
+        assert_eq!(marker_run("<vmbench/>"), None);
+    }
+
+    #[test]
+    fn tgtd_control_port_from_its_command_line() {
+        let args: Vec<String> = [
+            "tgtd",
+            "-f",
+            "-C",
+            "1234",
+            "--iscsi",
+            "portal=127.0.0.1:3260",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(pid_ctl_port(&args), Some(1234));
+        assert_eq!(pid_ctl_port(&args[..2]), None);
+    }
+
+    #[test]
+    fn a_live_lock_is_seen_and_released_on_drop() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(!run_is_live(d.path()), "no lock file: not live");
+        let l = RunLock::acquire(d.path()).unwrap();
+        assert!(run_is_live(d.path()));
+        assert!(RunLock::acquire(d.path()).is_err());
+        drop(l);
+        assert!(!run_is_live(d.path()));
+    }
+
+    #[test]
+    fn no_server_belongs_to_a_fresh_directory() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(server_processes(&d.path().join("servers")).is_empty());
+    }
 }

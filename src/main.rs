@@ -86,6 +86,14 @@ fn db_path(a: &cli::DbArgs) -> PathBuf {
 }
 
 async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
+    if let Some(dir) = &a.resume {
+        if !dir.join("run.json").is_file() || !dir.join("config.json").is_file() {
+            return Err(CliError::Usage(format!(
+                "--resume {}: not a vmbench run directory (needs run.json and config.json)",
+                dir.display()
+            )));
+        }
+    }
     let cfg = if a.resume.is_some() {
         // The run's own config.json decides; flags other than --resume are not mixed in.
         vmbench::matrix::config::MatrixConfig::default()

@@ -346,3 +346,34 @@ fn default_path_is_in_the_data_dir() {
     let p = Store::default_path();
     assert!(p.ends_with("vmbench/vmbench.db"), "{}", p.display());
 }
+
+#[test]
+fn resume_reopens_a_known_run_and_inserts_an_unknown_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("v.db")).unwrap();
+    let run = every_outcome_run("20261202-160000-abcd", "h1");
+    store_run(&store, &run, "h1", Some("interrupted"));
+    let inserted = store
+        .resume_run(&run.run_id, &run.started, &run.command, "h1")
+        .unwrap();
+    assert!(!inserted, "a known run is reopened, not duplicated");
+    let status = |s: &Store| {
+        s.runs()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.run_id == run.run_id)
+            .unwrap()
+            .status
+    };
+    assert_eq!(status(&store), "running");
+    assert_eq!(
+        store.load_run(&run.run_id).unwrap().cells.len(),
+        run.cells.len()
+    );
+    // Another --db the second time: the run is created there.
+    let other = Store::open(&dir.path().join("w.db")).unwrap();
+    assert!(other
+        .resume_run(&run.run_id, &run.started, &run.command, "h1")
+        .unwrap());
+    assert_eq!(status(&other), "running");
+}

@@ -99,34 +99,65 @@ impl Ui {
 /// Starts the UI thread. Dropping every [`Ui`] ends it; join the handle to flush.
 pub fn start() -> (Ui, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel();
-    let fancy = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let fancy = use_bars(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let handle = std::thread::spawn(move || if fancy { draw_bars(rx) } else { draw_plain(rx) });
     (Ui { tx }, handle)
 }
 
-fn draw_plain(rx: mpsc::Receiver<Output>) {
-    let mut last_live = std::time::Instant::now() - Duration::from_secs(60);
-    let mut total = 0;
-    for o in rx {
-        match o {
-            Output::Start { total: t, est_secs } => {
-                total = t;
-                eprintln!("matrix: {t} cell run(s), about {} s each", est_secs);
+/// Bars only on a terminal and without NO_COLOR (no-color.org: set and not empty).
+fn use_bars(tty: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    tty && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// The plain renderer's state: one line per event, live figures at most every 10 s.
+struct Plain {
+    total: u64,
+    last_live: Option<std::time::Instant>,
+}
+
+impl Plain {
+    /// The line for `o`, if it gets one.
+    fn line(&mut self, o: Output, now: std::time::Instant) -> Option<String> {
+        Some(match o {
+            Output::Start { total, est_secs } => {
+                self.total = total;
+                format!("matrix: {total} cell run(s), about {est_secs} s each")
             }
-            Output::CellStart { n, label } => eprintln!("[{n}/{total}] {label}: start"),
-            Output::Phase(p) => eprintln!("  phase: {}", p.as_str()),
+            Output::CellStart { n, label } => format!("[{n}/{}] {label}: start", self.total),
+            Output::Phase(p) => format!("  phase: {}", p.as_str()),
             Output::Live {
                 read_iops,
                 write_iops,
             } => {
                 // CI logs get one live line every 10 s, not one a second.
-                if last_live.elapsed() >= Duration::from_secs(10) {
-                    eprintln!("  live: read {read_iops} IOPS, write {write_iops} IOPS");
-                    last_live = std::time::Instant::now();
+                if self
+                    .last_live
+                    .is_some_and(|t| now.duration_since(t) < Duration::from_secs(10))
+                {
+                    return None;
                 }
+                self.last_live = Some(now);
+                format!("  live: read {read_iops} IOPS, write {write_iops} IOPS")
             }
-            Output::CellEnd { n, label, outcome } => eprintln!("[{n}/{total}] {label}: {outcome}"),
-            Output::Line(s) => eprintln!("{s}"),
+            Output::CellEnd { n, label, outcome } => {
+                format!("[{n}/{}] {label}: {outcome}", self.total)
+            }
+            Output::Line(s) => s,
+        })
+    }
+}
+
+fn draw_plain(rx: mpsc::Receiver<Output>) {
+    let mut p = Plain {
+        total: 0,
+        last_live: None,
+    };
+    for o in rx {
+        if let Some(l) = p.line(o, std::time::Instant::now()) {
+            eprintln!("{l}");
         }
     }
 }
@@ -209,6 +240,64 @@ fn parse_si(v: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_color_or_no_terminal_means_plain_lines() {
+        use std::ffi::OsStr;
+        assert!(use_bars(true, None));
+        assert!(!use_bars(false, None));
+        assert!(!use_bars(true, Some(OsStr::new("1"))));
+        // no-color.org: an empty NO_COLOR does not count.
+        assert!(use_bars(true, Some(OsStr::new(""))));
+    }
+
+    #[test]
+    fn plain_lines_number_cells_and_throttle_live_figures() {
+        let mut p = Plain {
+            total: 0,
+            last_live: None,
+        };
+        let t0 = std::time::Instant::now();
+        let mut l = |o, secs| p.line(o, t0 + Duration::from_secs(secs));
+        assert_eq!(
+            l(
+                Output::Start {
+                    total: 4,
+                    est_secs: 30
+                },
+                0
+            )
+            .as_deref(),
+            Some("matrix: 4 cell run(s), about 30 s each")
+        );
+        let start = Output::CellStart {
+            n: 2,
+            label: "qemu/local/raw".into(),
+        };
+        assert_eq!(l(start, 0).as_deref(), Some("[2/4] qemu/local/raw: start"));
+        assert_eq!(
+            l(Output::Phase(Phase::Boot), 0).as_deref(),
+            Some("  phase: boot")
+        );
+        let live = |r| Output::Live {
+            read_iops: r,
+            write_iops: 1,
+        };
+        assert_eq!(
+            l(live(5), 1).as_deref(),
+            Some("  live: read 5 IOPS, write 1 IOPS")
+        );
+        assert_eq!(l(live(6), 5), None, "a second live line within 10 s");
+        assert!(l(live(7), 11).is_some());
+        let end = Output::CellEnd {
+            n: 2,
+            label: "qemu/local/raw".into(),
+            outcome: "passed".into(),
+        };
+        assert_eq!(l(end, 12).as_deref(), Some("[2/4] qemu/local/raw: passed"));
+        let plain = l(Output::Line("x".into()), 12).unwrap();
+        assert!(!plain.contains('\x1b'), "no escape codes in plain output");
+    }
 
     #[test]
     fn fio_eta_lines() {

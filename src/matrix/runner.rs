@@ -89,6 +89,11 @@ pub async fn run(
     let host = hostname();
     if opts.resume.is_none() {
         store.begin_run(&record.run_id, &record.started, &record.command, &host)?;
+    } else if store.resume_run(&record.run_id, &record.started, &record.command, &host)? {
+        // This store never saw the run (another --db the first time): give it the whole run.
+        for c in &record.cells {
+            store.record_cell(&record.run_id, c)?;
+        }
     }
     let persist = |record: &mut RunRecord, r: CellResult| -> anyhow::Result<()> {
         store.record_cell(&record.run_id, &r)?;
@@ -141,7 +146,8 @@ pub async fn run(
         total: todo.len() as u64,
         est_secs: estimate_secs(&cfg),
     });
-    let first_seq = record.cells.len();
+    // Not record.cells.len(): an interrupted cell left a directory without a result.
+    let first_seq = rundir.next_seq();
     for (n, (idx, repeat)) in todo.iter().enumerate() {
         if cancel.is_cancelled() {
             break;
@@ -257,7 +263,8 @@ async fn run_one(
         result.params.insert("teardown_error".into(), e.to_string());
     }
     result.timings.teardown_ms += t.elapsed().as_millis() as u64;
-    if cancel.is_cancelled() {
+    // A cell that passed before the signal (it came during teardown) is kept.
+    if cancel.is_cancelled() && result.outcome != Outcome::Passed {
         return None;
     }
     Some(result)

@@ -61,6 +61,24 @@ impl RunDir {
         Ok(d)
     }
 
+    /// The first free cell sequence number: one past the highest `NNN-` directory under
+    /// `cells/`. On `--resume` the interrupted cell's directory (no result, but its console log
+    /// and domain XML) is still there, so counting results alone would reuse its number.
+    pub fn next_seq(&self) -> usize {
+        let Ok(it) = fs::read_dir(self.path.join("cells")) else {
+            return 0;
+        };
+        it.flatten()
+            .filter_map(|e| {
+                let n = e.file_name();
+                let n = n.to_str()?;
+                n.split_once('-')?.0.parse::<usize>().ok()
+            })
+            .map(|n| n + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Rewrites run.json.
     pub fn save(&self, rec: &RunRecord) -> std::io::Result<()> {
         let json = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
@@ -108,5 +126,17 @@ mod tests {
             n == "run.json"
         });
         assert!(no_tmp, "temp files left behind");
+    }
+
+    #[test]
+    fn next_seq_skips_every_existing_cell_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let rd = RunDir::create(root.path(), "r1").unwrap();
+        assert_eq!(rd.next_seq(), 0);
+        rd.cell_dir(0, "a", 0).unwrap();
+        // An interrupted cell's directory has no result.json but still holds its number.
+        rd.cell_dir(1, "b", 0).unwrap();
+        fs::create_dir_all(rd.path.join("cells/junk")).unwrap();
+        assert_eq!(rd.next_seq(), 2);
     }
 }

@@ -318,6 +318,30 @@ impl Store {
         tx.commit().ctx("committing begin_run")
     }
 
+    /// Reopens a run for `--resume`: marks it running again, or inserts it when this store has
+    /// never seen it (the first attempt used another `--db`). Returns true when it was inserted,
+    /// so the caller can add the cells the run already has.
+    pub fn resume_run(
+        &self,
+        run_id: &str,
+        started: &str,
+        command: &[String],
+        host: &str,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE runs SET status = 'running', finished = 0 WHERE run_id = ?1",
+                params![run_id],
+            )
+            .ctx("reopening run")?;
+        if n > 0 {
+            return Ok(false);
+        }
+        self.begin_run(run_id, started, command, host)?;
+        Ok(true)
+    }
+
     /// Stores one cell's record durably, all of it or nothing.
     pub fn record_cell(&self, run_id: &str, cell: &CellResult) -> Result<(), StoreError> {
         let tx = self

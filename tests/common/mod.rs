@@ -145,9 +145,15 @@ pub fn pids_named(comm: &str) -> Vec<u32> {
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|c| c.trim() == comm)
-                .unwrap_or(false)
+            // A zombie (an orphan whose reaper has not run yet) is not a running server.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = state
+                .rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'));
+            !zombie
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map(|c| c.trim() == comm)
+                    .unwrap_or(false)
         })
         .collect()
 }

@@ -1,0 +1,359 @@
+//! Issue 4's lifecycle: Ctrl-C mid-cell and `--resume`, `cleanup` after `kill -9`, a live run
+//! left alone, two runs at once, and `--dry-run`. Real libvirtd, QEMU under TCG, tgtd.
+mod common;
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vmbench::results::RunRecord;
+
+/// A `vmbench matrix` running in the background, its stderr collected line by line.
+struct Running {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Running {
+    fn spawn(cmd: &mut Command) -> Running {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let err = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l2 = lines.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("vmbench: {l}");
+                l2.lock().unwrap().push(l);
+            }
+        });
+        Running { child, lines }
+    }
+
+    /// Waits until a line after the one matching `first` matches `then`.
+    fn wait_for(&self, first: &str, then: &[&str], timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let lines = self.lines.lock().unwrap();
+                if let Some(i) = lines.iter().position(|l| l.contains(first)) {
+                    if lines[i..]
+                        .iter()
+                        .any(|l| then.iter().any(|t| l.contains(t)))
+                    {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {then:?} after {first:?} within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn signal(&self, s: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), s).unwrap();
+    }
+
+    /// Waits for the exit (bounded: teardown after a signal must not hang).
+    fn wait(&mut self, timeout: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("vmbench did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // Let the reader thread drain the pipe.
+        std::thread::sleep(Duration::from_millis(200));
+        (status.code(), self.lines.lock().unwrap().join("\n"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn vmbench(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
+    c.args(args).env("NO_COLOR", "1");
+    c
+}
+
+fn cleanup(s: &Scratch) -> String {
+    let out = vmbench(&["cleanup", "--runs-dir"])
+        .arg(s.runs())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!(
+        "--- cleanup\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    text
+}
+
+/// The run directory, once the runner made it.
+fn wait_run_dir(s: &Scratch) -> PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut it) = std::fs::read_dir(s.runs()) {
+            if let Some(e) = it.next() {
+                return e.unwrap().path();
+            }
+        }
+        assert!(Instant::now() < deadline, "no run dir");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn run_domains(run_id: &str) -> Vec<String> {
+    virsh(&["list", "--all", "--name"])
+        .lines()
+        .filter(|l| l.starts_with(&format!("vmbench-{run_id}")))
+        .map(String::from)
+        .collect()
+}
+
+fn load(dir: &Path) -> RunRecord {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+}
+
+fn cell_dirs(run: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(run.join("cells"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn sigint_mid_cell_keeps_finished_cells_and_resume_runs_exactly_the_rest() {
+    let s = Scratch::new();
+    let mut cmd = s.matrix_cmd(&[
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local",
+        "--format",
+        "qcow2,raw",
+        "--repeat",
+        "2",
+        "--no-prefill",
+    ]);
+    let mut m = Running::spawn(cmd.stdout(Stdio::null()));
+    // The middle of the second cell: its guest is up and fio runs.
+    m.wait_for(
+        "[2/4]",
+        &["phase: ramp", "phase: run"],
+        Duration::from_secs(180),
+    );
+    let run = wait_run_dir(&s);
+    let run_id = run.file_name().unwrap().to_str().unwrap().to_string();
+    assert_eq!(run_domains(&run_id).len(), 1, "the second cell's domain");
+
+    // A live run is left alone by cleanup: its domain, work dir and lock stay.
+    let out = cleanup(&s);
+    assert!(!out.contains("removed"), "{out}");
+    assert!(out.contains("left alone: domain"), "{out}");
+    assert_eq!(run_domains(&run_id).len(), 1, "cleanup touched a live run");
+    assert!(s.work().join(&run_id).is_dir());
+
+    m.signal(Signal::SIGINT);
+    let (code, err) = m.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("--resume"), "{err}");
+    s.assert_no_leftovers();
+    assert!(!s.work().join(&run_id).exists());
+    let rec = load(&run);
+    assert_eq!(
+        rec.cells.len(),
+        1,
+        "only the finished cell: {:?}",
+        rec.cells
+    );
+    assert_real_randrw(&rec.cells[0]);
+    let first = rec.cells[0].clone();
+    // The interrupted cell's directory stays (its console log explains it), without a result.
+    let dirs = cell_dirs(&run);
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    assert!(!run
+        .join("cells")
+        .join(&dirs[1])
+        .join("result.json")
+        .exists());
+
+    let out = vmbench(&["matrix", "--resume"])
+        .arg(&run)
+        .arg("--work-dir")
+        .arg(s.work())
+        .arg("--db")
+        .arg(s.db())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--- resume\n{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("matrix: 3 cell run(s)"), "{err}");
+    let rec = load(&run);
+    assert_eq!(rec.cells.len(), 4);
+    assert_eq!(rec.cells[0], first, "the kept cell is untouched");
+    let keys: BTreeSet<(String, u32)> = rec
+        .cells
+        .iter()
+        .map(|c| (c.cell_id.clone(), c.repeat))
+        .collect();
+    assert_eq!(keys.len(), 4, "each (cell, repeat) once: {keys:?}");
+    assert_eq!(keys.iter().filter(|(_, r)| *r == 1).count(), 2);
+    for c in &rec.cells {
+        assert_real_randrw(c);
+    }
+    // Cell directories never reuse a number: 2 from the first attempt, 3 new.
+    let dirs = cell_dirs(&run);
+    let seqs: BTreeSet<&str> = dirs.iter().map(|d| &d[..3]).collect();
+    assert_eq!((dirs.len(), seqs.len()), (5, 5), "{dirs:?}");
+    let with_result = dirs
+        .iter()
+        .filter(|d| run.join("cells").join(d).join("result.json").is_file())
+        .count();
+    assert_eq!(with_result, 4);
+    // The history store has the whole run, finished.
+    let store = vmbench::results::store::Store::open(&s.db()).unwrap();
+    assert_eq!(store.load_run(&run_id).unwrap().cells.len(), 4);
+    let status = store
+        .runs()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.run_id == run_id)
+        .unwrap()
+        .status;
+    assert_eq!(status, "finished");
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
+    let s = Scratch::new();
+    let mut cmd = s.matrix_cmd(&[
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "iscsi",
+        "--format",
+        "raw",
+    ]);
+    let mut m = Running::spawn(cmd.stdout(Stdio::null()));
+    m.wait_for(
+        "[1/1]",
+        &["phase: prefill", "phase: ramp", "phase: run"],
+        Duration::from_secs(120),
+    );
+    let run = wait_run_dir(&s);
+    let run_id = run.file_name().unwrap().to_str().unwrap().to_string();
+    m.signal(Signal::SIGKILL);
+    let (code, _) = m.wait(Duration::from_secs(10));
+    assert_eq!(code, None, "killed by a signal");
+
+    // What a crash leaves: the domain, the orphaned tgtd with its LUN, the work files.
+    assert_eq!(run_domains(&run_id).len(), 1);
+    let servers = vmbench::cleanup::server_processes(&run.join("servers"));
+    assert!(
+        servers.iter().any(|(_, c)| c == "tgtd"),
+        "orphaned tgtd: {servers:?}"
+    );
+    assert!(std::fs::read_dir(s.work().join(&run_id)).unwrap().count() > 0);
+
+    let out = cleanup(&s);
+    assert!(out.contains("removed domain vmbench-"), "{out}");
+    assert!(out.contains("removed server tgtd"), "{out}");
+    assert!(run_domains(&run_id).is_empty());
+    assert!(vmbench::cleanup::server_processes(&run.join("servers")).is_empty());
+    assert!(!s.work().join(&run_id).exists());
+    // The logs stay: they explain the crash.
+    assert!(run.join("servers/tgt/tgtd.log").is_file());
+    assert!(cleanup(&s).contains("nothing to clean up"));
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn two_runs_at_once_do_not_collide() {
+    let (a, b) = (Scratch::new(), Scratch::new());
+    let args = [
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+    ];
+    let mut ra = Running::spawn(a.matrix_cmd(&args).stdout(Stdio::null()));
+    let mut rb = Running::spawn(b.matrix_cmd(&args).stdout(Stdio::null()));
+    let (ca, ea) = ra.wait(Duration::from_secs(240));
+    let (cb, eb) = rb.wait(Duration::from_secs(240));
+    assert_eq!(ca, Some(0), "{ea}");
+    assert_eq!(cb, Some(0), "{eb}");
+    let (da, reca) = a.run_record();
+    let (db, recb) = b.run_record();
+    assert_ne!(reca.run_id, recb.run_id);
+    assert_real_randrw(&reca.cells[0]);
+    assert_real_randrw(&recb.cells[0]);
+    let name = |d: &Path| {
+        let cell = d.join("cells").join(&cell_dirs(d)[0]);
+        let xml = std::fs::read_to_string(cell.join("domain.xml")).unwrap();
+        let start = xml.find("<name>").unwrap() + 6;
+        xml[start..start + xml[start..].find('<').unwrap()].to_string()
+    };
+    assert_ne!(name(&da), name(&db));
+    a.assert_no_leftovers();
+    b.assert_no_leftovers();
+}
+
+#[test]
+fn dry_run_prints_cells_xml_skips_and_estimate_and_creates_nothing() {
+    let s = Scratch::new();
+    let before = virsh(&["list", "--all", "--name"]);
+    let out = s.matrix(&[
+        "--dry-run",
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local,iscsi",
+        "--format",
+        "qcow2,raw",
+        "--cache",
+        "none,writeback",
+        "--io",
+        "native",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 2 backends x 2 formats with cache=none run; the 4 with writeback+native are skipped.
+    assert!(
+        text.starts_with("4 cell(s) x 1 repeat(s) = 4 run(s), about "),
+        "{text}"
+    );
+    assert!(text.contains(" min in all"), "{text}");
+    assert_eq!(text.matches("\nskipped  ").count(), 4, "{text}");
+    assert!(text.contains("io=native needs cache=none"), "{text}");
+    assert_eq!(text.matches("== cell ").count(), 4, "{text}");
+    assert_eq!(text.matches("<domain type=").count(), 4, "{text}");
+    assert!(text.contains("protocol=\"iscsi\"") || text.contains("protocol='iscsi'"));
+    assert!(!s.runs().exists(), "dry run created a run dir");
+    assert!(!s.work().exists(), "dry run created a work dir");
+    assert!(!s.db().exists(), "dry run created the store");
+    assert_eq!(virsh(&["list", "--all", "--name"]), before);
+}
