@@ -94,11 +94,20 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
             )));
         }
     }
-    let cfg = if a.resume.is_some() {
-        // The run's own config.json decides; flags other than --resume are not mixed in.
-        vmbench::matrix::config::MatrixConfig::default()
-    } else {
-        cli::matrix_config(&a)?
+    let cfg = match &a.resume {
+        // The run's own config.json decides; a flag that would change the matrix is refused
+        // rather than silently ignored.
+        Some(dir) => {
+            if a.config.is_some()
+                || cli::matrix_config(&a)? != vmbench::matrix::config::MatrixConfig::default()
+            {
+                return Err(CliError::Usage(
+                    "--resume reruns the run's own config.json: drop --config and the options that shape the matrix".into(),
+                ));
+            }
+            saved_config(dir)?
+        }
+        None => cli::matrix_config(&a)?,
     };
     for w in &cfg.workload {
         if let vmbench::cell::WorkloadId::FioFile(p) = w {
@@ -148,6 +157,18 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     } else {
         0
     })
+}
+
+fn saved_config(dir: &Path) -> Result<vmbench::matrix::config::MatrixConfig, CliError> {
+    let p = dir.join("config.json");
+    let text = std::fs::read_to_string(&p).map_err(|e| {
+        CliError::Usage(format!(
+            "--resume {}: not a vmbench run directory ({}: {e})",
+            dir.display(),
+            p.display()
+        ))
+    })?;
+    serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("{}: {e}", p.display())))
 }
 
 fn check_job_file(p: &Path) -> Result<(), CliError> {

@@ -111,6 +111,10 @@ fn bad_input_is_exit_2_and_creates_nothing() {
         (vec!["--backend", "block"], "--block-device"),
         (vec!["--exclude", "colour=red"], "unknown dimension"),
         (vec!["--workload", "file:/nonexistent/job.fio"], "job.fio"),
+        (
+            vec!["--resume", "/nonexistent/run"],
+            "not a vmbench run directory",
+        ),
     ] {
         let out = s.matrix(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
