@@ -25,6 +25,9 @@ fn two_local_cells_qcow2_and_raw() {
             c.provenance
         );
         assert!(c.timings.boot_to_hello_ms > 0);
+        // Host-side figures over the same window: QEMU's CPU, libvirt's domain CPU, QMP counts.
+        assert!(num(c, "host_qemu_cpu_pct") > 0.0 && num(c, "host_domain_cpu_pct") > 0.0);
+        assert!(num(c, "host_read_ops") > 0.0);
     }
     // The seed-style table: metrics as rows, one column per cell.
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -202,6 +202,21 @@ impl RunningDomain {
         self.lock().as_ref()?.get_info().ok().map(|i| i.cpu_time)
     }
 
+    /// libvirt's block counters for a guest disk (`vda`, `xvda`): operations and bytes, no
+    /// times. Used where QMP is not available (Xen).
+    pub fn block_stats(&self, dev: &str) -> Option<crate::metrics::qmp::DiskCounters> {
+        let s = self.lock().as_ref()?.get_block_stats(dev).ok()?;
+        let u = |x: i64| u64::try_from(x).unwrap_or(0);
+        Some(crate::metrics::qmp::DiskCounters {
+            rd_ops: u(s.rd_req),
+            wr_ops: u(s.wr_req),
+            rd_bytes: u(s.rd_bytes),
+            wr_bytes: u(s.wr_bytes),
+            timed: false,
+            ..Default::default()
+        })
+    }
+
     /// The QEMU process id, from libvirt's pid file (qemu:///system layout).
     pub fn qemu_pid(&self) -> Option<u32> {
         let p = PathBuf::from("/run/libvirt/qemu").join(format!("{}.pid", self.name));

@@ -730,13 +730,16 @@ async fn sample_window(
     hv: Hypervisor,
 ) -> Window {
     let mut w = Window::default();
-    let block = |d: &RunningDomain| {
-        if hv == Hypervisor::Xen {
-            return None;
-        }
-        d.qmp(qmp::QUERY_BLOCKSTATS)
+    // Xen has no QEMU monitor for a phy disk: libvirt's own block stats (counts, no times).
+    let block = |d: &RunningDomain| match hv {
+        Hypervisor::Xen => d.block_stats(domain_xml::guest_device_name(
+            hv,
+            crate::cell::Bus::VirtioBlk,
+        )),
+        _ => d
+            .qmp(qmp::QUERY_BLOCKSTATS)
             .ok()
-            .and_then(|a| qmp::parse_blockstats(&a).ok())
+            .and_then(|a| qmp::parse_blockstats(&a).ok()),
     };
     // The step before the measured one (drop caches, or the warm-up) is done: the engine starts.
     loop {
@@ -746,7 +749,7 @@ async fn sample_window(
             None => return w,
         }
     }
-    w.start = Some(metrics::snapshot(&src, block(&dom)));
+    w.start = Some(metrics::snapshot(&src, block(&dom), dom.cpu_time_ns()));
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -762,6 +765,6 @@ async fn sample_window(
             }
         }
     }
-    w.end = Some(metrics::snapshot(&src, block(&dom)));
+    w.end = Some(metrics::snapshot(&src, block(&dom), dom.cpu_time_ns()));
     w
 }

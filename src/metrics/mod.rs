@@ -16,6 +16,7 @@ pub struct Snapshot {
     qemu: Option<proc::CpuTicks>,
     server: Option<proc::CpuTicks>,
     block: Option<qmp::DiskCounters>,
+    domain_cpu_ns: Option<u64>,
 }
 
 /// Host-side sources for one cell.
@@ -30,9 +31,15 @@ pub struct Sources {
 }
 
 /// Takes a snapshot now. `block` comes from QMP (the caller owns the domain handle).
-pub fn snapshot(src: &Sources, block: Option<qmp::DiskCounters>) -> Snapshot {
+/// `domain_cpu_ns` is libvirt's CPU time of the domain (every hypervisor has it).
+pub fn snapshot(
+    src: &Sources,
+    block: Option<qmp::DiskCounters>,
+    domain_cpu_ns: Option<u64>,
+) -> Snapshot {
     Snapshot {
         at: Instant::now(),
+        domain_cpu_ns,
         qemu: src.qemu_pid.and_then(proc::cpu_ticks),
         server: src.server_pid.and_then(proc::cpu_ticks),
         block,
@@ -81,6 +88,16 @@ pub fn window_metrics(
         qemu.map(|c| Value::Number(c.0 + c.1))
             .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
     ));
+    if let (Some(a), Some(b)) = (start.domain_cpu_ns, end.domain_cpu_ns) {
+        let pct = b.saturating_sub(a) as f64 / 1e9 / secs * 100.0;
+        out.push(Metric::num(
+            "host_domain_cpu_pct",
+            "Domain CPU (libvirt)",
+            "%",
+            Better::Lower,
+            pct,
+        ));
+    }
     if let Some(srv) = cpu(&start.server, &end.server) {
         out.push(Metric::num(
             "storage_server_cpu_pct",

@@ -1,7 +1,7 @@
 //! QMP `query-blockstats`, asked through libvirt's monitor passthrough and parsed with the `qapi`
 //! crate's generated types: the host's own count of the guest's I/O on the disk under test.
 
-use crate::results::{Better, Metric};
+use crate::results::{Better, Metric, Value};
 use qapi::qmp::BlockStats;
 
 /// The command text.
@@ -22,6 +22,8 @@ pub struct DiskCounters {
     pub rd_time_ns: u64,
     /// Total time spent in writes, ns.
     pub wr_time_ns: u64,
+    /// Whether the time counters are real (QMP) or absent (libvirt's block stats).
+    pub timed: bool,
 }
 
 /// Why a QMP answer was refused.
@@ -64,6 +66,7 @@ pub fn parse_blockstats(answer: &str) -> Result<DiskCounters, QmpError> {
         wr_bytes: u(s.wr_bytes),
         rd_time_ns: u(s.rd_total_time_ns),
         wr_time_ns: u(s.wr_total_time_ns),
+        timed: true,
     })
 }
 
@@ -125,7 +128,7 @@ impl DiskCounters {
             d(self.wr_ops, earlier.wr_ops),
         );
         let lat = |t: f64, n: f64| if n > 0.0 { t / n / 1000.0 } else { 0.0 };
-        vec![
+        let mut v = vec![
             Metric::num(
                 "host_read_ops",
                 "Host-observed read ops",
@@ -168,21 +171,42 @@ impl DiskCounters {
                 Better::Higher,
                 d(self.wr_bytes, earlier.wr_bytes) / secs / 1048576.0,
             ),
-            Metric::num(
-                "host_read_lat_mean_us",
-                "Host-observed read latency (avg)",
-                "µs",
-                Better::Lower,
-                lat(d(self.rd_time_ns, earlier.rd_time_ns), rops),
-            ),
-            Metric::num(
-                "host_write_lat_mean_us",
-                "Host-observed write latency (avg)",
-                "µs",
-                Better::Lower,
-                lat(d(self.wr_time_ns, earlier.wr_time_ns), wops),
-            ),
-        ]
+        ];
+        if self.timed {
+            v.extend([
+                Metric::num(
+                    "host_read_lat_mean_us",
+                    "Host-observed read latency (avg)",
+                    "µs",
+                    Better::Lower,
+                    lat(d(self.rd_time_ns, earlier.rd_time_ns), rops),
+                ),
+                Metric::num(
+                    "host_write_lat_mean_us",
+                    "Host-observed write latency (avg)",
+                    "µs",
+                    Better::Lower,
+                    lat(d(self.wr_time_ns, earlier.wr_time_ns), wops),
+                ),
+            ]);
+        } else {
+            for (k, l) in [
+                ("host_read_lat_mean_us", "Host-observed read latency (avg)"),
+                (
+                    "host_write_lat_mean_us",
+                    "Host-observed write latency (avg)",
+                ),
+            ] {
+                v.push(Metric {
+                    key: k.into(),
+                    label: l.into(),
+                    unit: "µs".into(),
+                    better: Better::Lower,
+                    value: Value::NotAvailable("no latency in libvirt's block stats".into()),
+                });
+            }
+        }
+        v
     }
 }
 
@@ -216,6 +240,18 @@ mod tests {
             parse_blockstats(r#"{"return":[]}"#),
             Err(QmpError::NoDisk)
         ));
+    }
+
+    #[test]
+    fn untimed_counters_give_no_latency_not_zero() {
+        let a = DiskCounters::default();
+        let b = DiskCounters {
+            rd_ops: 10,
+            ..Default::default()
+        };
+        let m = b.since(&a, 1.0);
+        let lat = m.iter().find(|x| x.key == "host_read_lat_mean_us").unwrap();
+        assert!(matches!(lat.value, Value::NotAvailable(_)), "{lat:?}");
     }
 
     #[test]
