@@ -263,6 +263,7 @@ mod tests {
             ..Default::default()
         };
         let b = DiskCounters {
+            timed: true,
             rd_ops: 1100,
             wr_ops: 410,
             rd_time_ns: 3_000_000,
