@@ -133,7 +133,7 @@ pub async fn run(
         work.as_os_str().as_encoded_bytes(),
     )?;
     let mut servers = Servers::new(rundir.path.join("servers"));
-    let conns = connect_all(&cfg, &plan, &image, &work, &ui, &cancel, &record.run_id).await;
+    let mut conns = connect_all(&cfg, &plan, &image, &work, &ui, &cancel, &record.run_id).await;
     let base_prov = provenance(&conns, &image, &host);
 
     let todo: Vec<(usize, u32)> = plan
@@ -159,6 +159,7 @@ pub async fn run(
             label: cell.label(),
         });
         let dir = rundir.cell_dir(seq, &cell.id(), *repeat)?;
+        reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui);
         let result = match conns.get(&cell.hypervisor) {
             Some(Ok(conn)) => {
                 run_one(
@@ -360,6 +361,27 @@ async fn connect_all(
         out.insert(hv, r);
     }
     out
+}
+
+/// libvirtd may have restarted since the last cell (the connection then reports dead): open a
+/// new one so the remaining cells of that hypervisor can run.
+fn reconnect_if_dead(
+    conns: &mut BTreeMap<Hypervisor, Result<Libvirt, String>>,
+    hv: Hypervisor,
+    cfg: &MatrixConfig,
+    ui: &Ui,
+) {
+    if let Some(Ok(c)) = conns.get(&hv) {
+        if !c.is_alive() {
+            ui.line(format!(
+                "{hv}: libvirt connection lost; reconnecting to {}",
+                cfg.uri(hv)
+            ));
+            let fresh = Libvirt::connect(&cfg.uri(hv))
+                .map_err(|e| format!("{hv}: libvirt connection lost: {e}"));
+            conns.insert(hv, fresh);
+        }
+    }
 }
 
 fn provenance(
