@@ -9,6 +9,7 @@ use vmbench::results::Outcome;
 #[test]
 fn nfs_and_iscsi_cells_with_embedded_servers() {
     let s = Scratch::new();
+    let sockets_before = tgtd_sockets();
     let out = s.matrix(&["--backend", "nfs,iscsi", "--format", "qcow2,raw"]);
     assert_eq!(out.status.code(), Some(0));
     let (_, rec) = s.run_record();
@@ -25,11 +26,22 @@ fn nfs_and_iscsi_cells_with_embedded_servers() {
         );
     }
     s.assert_no_leftovers();
-    // tgtd keeps its control sockets in /var/run/tgtd; none of ours may stay.
-    let ours = std::fs::read_dir("/var/run/tgtd")
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(ours, 0, "tgtd sockets left in /var/run/tgtd");
+    // tgtd keeps its control sockets in /var/run/tgtd; none made during this run may stay.
+    let after = tgtd_sockets();
+    let new: Vec<_> = after.difference(&sockets_before).collect();
+    assert!(
+        new.is_empty(),
+        "tgtd sockets left in /var/run/tgtd: {new:?}"
+    );
+}
+
+fn tgtd_sockets() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/var/run/tgtd")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A loop device stands in for a spare disk (the seeds' "native partition" case).
