@@ -6,6 +6,7 @@
 
 use crate::cli::CleanupArgs;
 use crate::hypervisor::libvirt::Libvirt;
+use crate::storage::cmd::cmdline;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -215,17 +216,6 @@ pub fn server_processes(servers_dir: &Path) -> Vec<(u32, String)> {
         }
     }
     out
-}
-
-fn cmdline(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|c| *c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn pid_ctl_port(args: &[String]) -> Option<u16> {

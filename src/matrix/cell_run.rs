@@ -276,6 +276,13 @@ async fn attempt(
         .ok();
     dom.destroy();
     timings.teardown_ms = t.elapsed().as_millis() as u64;
+    if !env.conn.is_alive() {
+        // The guest's own figures came over QEMU's socket, but the host-side window (QMP,
+        // domain CPU) went through the lost connection: an incomplete cell is a failed cell.
+        return Err(CellFailure {
+            reason: "libvirt connection lost during the cell (libvirtd restarted?): the host-side figures are incomplete".into(),
+        });
+    }
 
     let (mut metrics, samples, io_secs) = plan.parse(&out)?;
     metrics.extend(window.finish(io_secs, cell.hypervisor));

@@ -159,7 +159,7 @@ pub async fn run(
             label: cell.label(),
         });
         let dir = rundir.cell_dir(seq, &cell.id(), *repeat)?;
-        reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui);
+        reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
         let result = match conns.get(&cell.hypervisor) {
             Some(Ok(conn)) => {
                 run_one(
@@ -186,6 +186,8 @@ pub async fn run(
                 Outcome::Failed("no connection".into()),
             )),
         };
+        // A libvirtd restart during the cell left its domain out of reach of the old handle.
+        reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
         // An interrupted cell has no result: `--resume` runs it again.
         let Some(result) = result else { break };
         RunDir::save_cell(&dir, &result)?;
@@ -363,25 +365,38 @@ async fn connect_all(
     out
 }
 
-/// libvirtd may have restarted since the last cell (the connection then reports dead): open a
-/// new one so the remaining cells of that hypervisor can run.
+/// libvirtd may have restarted (the connection then reports dead): open a new connection so the
+/// remaining cells of that hypervisor can run, and destroy this run's domains that the old
+/// handles can no longer reach (libvirtd re-adopts running QEMUs after a restart).
 fn reconnect_if_dead(
     conns: &mut BTreeMap<Hypervisor, Result<Libvirt, String>>,
     hv: Hypervisor,
     cfg: &MatrixConfig,
     ui: &Ui,
+    run_id: &str,
 ) {
-    if let Some(Ok(c)) = conns.get(&hv) {
-        if !c.is_alive() {
+    let Some(Ok(c)) = conns.get(&hv) else { return };
+    if c.is_alive() {
+        return;
+    }
+    ui.line(format!(
+        "{hv}: libvirt connection lost; reconnecting to {}",
+        cfg.uri(hv)
+    ));
+    let fresh =
+        Libvirt::connect(&cfg.uri(hv)).map_err(|e| format!("{hv}: libvirt connection lost: {e}"));
+    if let Ok(c) = &fresh {
+        for d in c.marked_domains(Some(run_id)).unwrap_or_default() {
             ui.line(format!(
-                "{hv}: libvirt connection lost; reconnecting to {}",
-                cfg.uri(hv)
+                "{hv}: destroying {} (left running across the libvirtd restart)",
+                d.name
             ));
-            let fresh = Libvirt::connect(&cfg.uri(hv))
-                .map_err(|e| format!("{hv}: libvirt connection lost: {e}"));
-            conns.insert(hv, fresh);
+            if let Err(e) = c.remove_domain(&d.name) {
+                ui.line(format!("warning: {}: {e}", d.name));
+            }
         }
     }
+    conns.insert(hv, fresh);
 }
 
 fn provenance(
@@ -542,48 +557,53 @@ impl Servers {
     }
 
     fn ganesha(&mut self) -> Result<Arc<storage::ganesha::Ganesha>, NotRunnable> {
-        if let Some(g) = &self.ganesha {
-            if super::faults::process_alive(g.pid()) {
-                return Ok(g.clone());
-            }
-            // Died during an earlier cell (that cell failed with the reason): start a new one.
-            self.ganesha = None;
-        }
-        if let Some(r) = self.broken.get("ganesha") {
-            return Err(NotRunnable::Failed(r.clone()));
-        }
-        match storage::ganesha::Ganesha::start(&self.dir.join("ganesha")) {
-            Ok(g) => Ok(self.ganesha.insert(Arc::new(g)).clone()),
-            Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!(
-                "unsupported on this host: {u}"
-            ))),
-            Err(e) => {
-                self.broken.insert("ganesha", e.to_string());
-                Err(NotRunnable::Failed(e.to_string()))
-            }
-        }
+        let dir = self.dir.join("ganesha");
+        embedded(
+            &mut self.ganesha,
+            &mut self.broken,
+            "ganesha",
+            |g| super::faults::process_alive(g.pid()),
+            || storage::ganesha::Ganesha::start(&dir),
+        )
     }
 
     fn tgt(&mut self) -> Result<Arc<storage::tgt::Tgt>, NotRunnable> {
-        if let Some(t) = &self.tgt {
-            if t.running() {
-                return Ok(t.clone());
-            }
-            // Died during an earlier cell (that cell failed with the reason): start a new one.
-            self.tgt = None;
-        }
-        if let Some(r) = self.broken.get("tgt") {
-            return Err(NotRunnable::Failed(r.clone()));
-        }
-        match storage::tgt::Tgt::start(&self.dir.join("tgt")) {
-            Ok(t) => Ok(self.tgt.insert(Arc::new(t)).clone()),
-            Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!(
-                "unsupported on this host: {u}"
-            ))),
-            Err(e) => {
-                self.broken.insert("tgt", e.to_string());
-                Err(NotRunnable::Failed(e.to_string()))
-            }
+        let dir = self.dir.join("tgt");
+        embedded(
+            &mut self.tgt,
+            &mut self.broken,
+            "tgt",
+            |t| t.running(),
+            || storage::tgt::Tgt::start(&dir),
+        )
+    }
+}
+
+/// The running embedded server in `slot`, or a new one. A server that died during an earlier
+/// cell (which failed with the reason) is replaced; one that could not start fails every cell
+/// that needs it with the same reason, without retrying each time.
+fn embedded<T>(
+    slot: &mut Option<Arc<T>>,
+    broken: &mut BTreeMap<&'static str, String>,
+    name: &'static str,
+    alive: impl Fn(&T) -> bool,
+    start: impl FnOnce() -> Result<T, storage::StorageError>,
+) -> Result<Arc<T>, NotRunnable> {
+    if let Some(s) = slot.as_ref().filter(|s| alive(s)) {
+        return Ok(s.clone());
+    }
+    *slot = None;
+    if let Some(r) = broken.get(name) {
+        return Err(NotRunnable::Failed(r.clone()));
+    }
+    match start() {
+        Ok(s) => Ok(slot.insert(Arc::new(s)).clone()),
+        Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!(
+            "unsupported on this host: {u}"
+        ))),
+        Err(e) => {
+            broken.insert(name, e.to_string());
+            Err(NotRunnable::Failed(e.to_string()))
         }
     }
 }

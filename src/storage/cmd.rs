@@ -256,6 +256,18 @@ pub fn unique_tag() -> String {
     format!("{}-{n}", run_tag())
 }
 
+/// A process's command line as arguments (empty when it is gone or unreadable).
+pub fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! [`super::tgt::Tgt`] starts them.
 
 use super::cmd;
+use super::cmd::cmdline;
 use super::tgt::{tgt_targets, IQN_PREFIX};
 use std::path::PathBuf;
 
@@ -56,17 +57,6 @@ pub fn find() -> Vec<Leftover> {
         }
     }
     out
-}
-
-fn cmdline(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|c| *c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {

@@ -1,0 +1,106 @@
+//! Issue 8, fault 5: libvirtd restarted in the middle of a cell. The cell fails with the reason,
+//! the connection is reopened for the next cell, which passes, and nothing is left.
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use vmbench::results::Outcome;
+
+/// Whatever happens in the test, libvirtd runs again afterwards (the rest of the suite needs it).
+struct LibvirtdBack;
+impl Drop for LibvirtdBack {
+    fn drop(&mut self) {
+        if pids_named("libvirtd").is_empty() {
+            let _ = Command::new("libvirtd").arg("-d").status();
+        }
+        wait_libvirt_up();
+    }
+}
+
+fn wait_libvirt_up() {
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end {
+        let ok = Command::new("virsh")
+            .args(["-c", "qemu:///system", "version"])
+            .output()
+            .map(|o| o.status.success());
+        if ok.unwrap_or(false) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("libvirtd did not come back");
+}
+
+fn restart_libvirtd() {
+    let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !pids_named("libvirtd").is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(Command::new("libvirtd")
+        .arg("-d")
+        .status()
+        .unwrap()
+        .success());
+    wait_libvirt_up();
+}
+
+#[test]
+fn libvirtd_restart_mid_cell_fails_that_cell_and_the_next_one_runs() {
+    let _back = LibvirtdBack;
+    let s = Scratch::new();
+    let mut child = s
+        .matrix_cmd(&[
+            "--backend",
+            "local",
+            "--format",
+            "raw,qcow2",
+            "--runtime",
+            "8",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // Restart libvirtd once the first cell measures.
+    let end = Instant::now() + Duration::from_secs(180);
+    loop {
+        let line = rx
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+            .expect("cell 1 never reached its run phase");
+        if line.contains("phase: run") {
+            break;
+        }
+    }
+    restart_libvirtd();
+    let status = child.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    eprintln!("{stderr}");
+    assert_eq!(status.code(), Some(1), "a failed cell");
+    let (_, rec) = s.run_record();
+    assert_eq!(rec.cells.len(), 2);
+    let Outcome::Failed(r) = &rec.cells[0].outcome else {
+        panic!("{:?}", rec.cells[0].outcome)
+    };
+    assert!(r.contains("libvirt"), "{r}");
+    assert_real_randrw(&rec.cells[1]);
+    assert!(
+        stderr.contains("reconnecting"),
+        "the connection was reopened"
+    );
+    s.assert_no_leftovers();
+}
