@@ -148,68 +148,78 @@ pub async fn run(
     });
     // Not record.cells.len(): an interrupted cell left a directory without a result.
     let first_seq = rundir.next_seq();
-    for (n, (idx, repeat)) in todo.iter().enumerate() {
-        if cancel.is_cancelled() {
-            break;
-        }
-        let cell = &plan.cells[*idx];
-        let seq = first_seq + n;
-        ui.send(Output::CellStart {
-            n: n as u64 + 1,
-            label: cell.label(),
-        });
-        let dir = rundir.cell_dir(seq, &cell.id(), *repeat)?;
-        reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
-        let result = match conns.get(&cell.hypervisor) {
-            Some(Ok(conn)) => {
-                run_one(
-                    &cfg,
-                    conn,
-                    &image,
-                    &record.run_id,
-                    &work,
-                    &ui,
-                    &cancel,
-                    &mut servers,
-                    &base_prov,
+    // The loop is a block of its own so that whatever ends it (a full disk included), servers,
+    // the work directory and the store's run status are settled below.
+    let looped: anyhow::Result<()> = async {
+        for (n, (idx, repeat)) in todo.iter().enumerate() {
+            if cancel.is_cancelled() {
+                break;
+            }
+            let cell = &plan.cells[*idx];
+            let seq = first_seq + n;
+            ui.send(Output::CellStart {
+                n: n as u64 + 1,
+                label: cell.label(),
+            });
+            let dir = rundir.cell_dir(seq, &cell.id(), *repeat)?;
+            reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
+            let result = match conns.get(&cell.hypervisor) {
+                Some(Ok(conn)) => {
+                    run_one(
+                        &cfg,
+                        conn,
+                        &image,
+                        &record.run_id,
+                        &work,
+                        &ui,
+                        &cancel,
+                        &mut servers,
+                        &base_prov,
+                        cell,
+                        *repeat,
+                        seq,
+                        &dir,
+                    )
+                    .await
+                }
+                Some(Err(reason)) => {
+                    Some(not_run(cell, *repeat, Outcome::Unsupported(reason.clone())))
+                }
+                None => Some(not_run(
                     cell,
                     *repeat,
-                    seq,
-                    &dir,
-                )
-                .await
-            }
-            Some(Err(reason)) => Some(not_run(cell, *repeat, Outcome::Unsupported(reason.clone()))),
-            None => Some(not_run(
-                cell,
-                *repeat,
-                Outcome::Failed("no connection".into()),
-            )),
-        };
-        // A libvirtd restart during the cell left its domain out of reach of the old handle.
-        reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
-        // An interrupted cell has no result: `--resume` runs it again.
-        let Some(result) = result else { break };
-        RunDir::save_cell(&dir, &result)?;
-        ui.send(Output::CellEnd {
-            n: n as u64 + 1,
-            label: cell.label(),
-            outcome: outcome_line(&result.outcome),
-        });
-        persist(&mut record, result)?;
+                    Outcome::Failed("no connection".into()),
+                )),
+            };
+            // A libvirtd restart during the cell left its domain out of reach of the old handle.
+            reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
+            // An interrupted cell has no result: `--resume` runs it again.
+            let Some(result) = result else { break };
+            ui.send(Output::CellEnd {
+                n: n as u64 + 1,
+                label: cell.label(),
+                outcome: outcome_line(&result.outcome),
+            });
+            // The store first: it may live on another disk than the run directory.
+            let file = result.clone();
+            persist(&mut record, result)?;
+            RunDir::save_cell(&dir, &file).with_context(|| format!("writing {}", dir.display()))?;
+        }
+        Ok(())
     }
+    .await;
     drop(servers);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_file(rundir.path.join("work-dir"));
     let interrupted = cancel.is_cancelled();
-    store.finish_run(
-        &record.run_id,
-        if interrupted {
-            "interrupted"
-        } else {
-            "finished"
-        },
-    )?;
+    let status = match (&looped, interrupted) {
+        (Err(_), _) => "failed",
+        (Ok(()), true) => "interrupted",
+        (Ok(()), false) => "finished",
+    };
+    let closed = store.finish_run(&record.run_id, status);
+    looped?;
+    closed?;
     Ok(RunSummary {
         run_id: record.run_id.clone(),
         dir: rundir.path.clone(),
