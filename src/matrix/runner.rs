@@ -161,7 +161,9 @@ pub async fn run(
                 n: n as u64 + 1,
                 label: cell.label(),
             });
-            let dir = rundir.cell_dir(seq, &cell.id(), *repeat)?;
+            let dir = rundir.cell_dir(seq, &cell.id(), *repeat).with_context(|| {
+                format!("creating the cell directory in {}", rundir.path.display())
+            })?;
             reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
             let result = match conns.get(&cell.hypervisor) {
                 Some(Ok(conn)) => {
@@ -195,15 +197,17 @@ pub async fn run(
             reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
             // An interrupted cell has no result: `--resume` runs it again.
             let Some(result) = result else { break };
-            ui.send(Output::CellEnd {
-                n: n as u64 + 1,
-                label: cell.label(),
-                outcome: outcome_line(&result.outcome),
-            });
-            // The store first: it may live on another disk than the run directory.
+            // The store first: it may live on another disk than the run directory. The cell is
+            // reported finished only once it is durable.
+            let line = outcome_line(&result.outcome);
             let file = result.clone();
             persist(&mut record, result)?;
             RunDir::save_cell(&dir, &file).with_context(|| format!("writing {}", dir.display()))?;
+            ui.send(Output::CellEnd {
+                n: n as u64 + 1,
+                label: cell.label(),
+                outcome: line,
+            });
         }
         Ok(())
     }
