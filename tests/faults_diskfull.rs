@@ -44,12 +44,14 @@ fn small_fs(s: &Scratch) -> SmallFs {
     SmallFs { mnt }
 }
 
-/// Writes until the filesystem says ENOSPC.
+/// Writes until the filesystem says ENOSPC, down to the last block (root may use ext4's reserved
+/// blocks, so this is full for vmbench too).
 fn fill(dir: &std::path::Path) {
-    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
-    let block = vec![0u8; 1 << 20];
-    while f.write_all(&block).is_ok() {}
-    let _ = f.sync_all();
+    for (i, size) in [1usize << 20, 4096, 512].into_iter().enumerate() {
+        let mut f = std::fs::File::create(dir.join(format!("filler{i}"))).unwrap();
+        let block = vec![0u8; size];
+        while f.write_all(&block).is_ok() && f.sync_data().is_ok() {}
+    }
 }
 
 #[test]
