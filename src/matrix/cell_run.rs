@@ -664,7 +664,8 @@ fn domain_spec(
         memory_mib: cfg.memory_mib,
         kernel: env.image.kernel.clone(),
         initrd: env.image.initrd.clone(),
-        cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
+        cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode)
+            + &cfg.test_hooks.cmdline_extra(seq),
         console_log: absolute(&dir.join("console.log")),
         channel_socket: sock_dir.join("agent.sock"),
         disk: DiskSpec {

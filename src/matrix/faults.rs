@@ -12,7 +12,13 @@ use vmbench_proto::Step;
 pub enum FaultKind {
     /// Crash the guest kernel (sysrq `c`) right before the measured engine step.
     Panic,
+    /// Boot the agent in a hostile mode (`vmbench.hostile=KIND`): it answers the measuring job
+    /// with broken output. KIND is one of [`HOSTILE_KINDS`].
+    Hostile(&'static str),
 }
+
+/// The agent's hostile modes (images/agent/src/hostile.rs).
+pub const HOSTILE_KINDS: &[&str] = &["oversized", "garbage", "wrong-job", "impossible"];
 
 /// One injected fault: what, and which cell run (its sequence number in the run, from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +36,22 @@ impl std::str::FromStr for Fault {
         let (kind, seq) = s.split_once('@').unwrap_or((s, "0"));
         let kind = match kind.trim() {
             "panic" => FaultKind::Panic,
-            other => return Err(format!("unknown fault '{other}' (valid: panic)")),
+            other => match other
+                .strip_prefix("hostile-")
+                .and_then(|k| HOSTILE_KINDS.iter().find(|h| **h == k))
+            {
+                Some(k) => FaultKind::Hostile(k),
+                None => {
+                    let hostile: Vec<String> = HOSTILE_KINDS
+                        .iter()
+                        .map(|k| format!("hostile-{k}"))
+                        .collect();
+                    return Err(format!(
+                        "unknown fault '{other}' (valid: panic, {})",
+                        hostile.join(", ")
+                    ));
+                }
+            },
         };
         let seq = seq
             .trim()
@@ -59,9 +80,22 @@ impl TestHooks {
                 // After the cache drop (so the measurement window starts as usual), before the
                 // engine: the crash comes at once instead of after the whole runtime.
                 FaultKind::Panic => steps.insert(1.min(steps.len()), Step::Sysrq { key: 'c' }),
+                FaultKind::Hostile(_) => {}
             }
         }
         steps
+    }
+
+    /// Extra kernel command line for cell run `seq` (the hostile agent modes).
+    pub fn cmdline_extra(&self, seq: usize) -> String {
+        self.faults
+            .iter()
+            .filter(|f| f.seq == seq)
+            .filter_map(|f| match f.kind {
+                FaultKind::Hostile(k) => Some(format!(" vmbench.hostile={k}")),
+                FaultKind::Panic => None,
+            })
+            .collect()
     }
 }
 

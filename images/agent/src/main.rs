@@ -2,6 +2,7 @@
 //! hello, runs jobs from the host and powers off. As PID 1 it must never panic out: every error
 //! is printed on the console, sent to the host when possible, and followed by a power off.
 
+mod hostile;
 mod logic;
 mod port;
 mod steps;
@@ -205,6 +206,12 @@ fn serve(
     }
 }
 
+/// `vmbench.hostile=KIND` from the kernel command line (fault tests only).
+fn hostile_kind() -> Option<hostile::Kind> {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    logic::cmdline_value(&cmdline, "vmbench.hostile").and_then(hostile::kind)
+}
+
 /// Acts on one host message; true means power off now.
 fn handle(msg: HostMsg, writer: &Writer, job: &AtomicU64, jobs_done: &mut u32) -> bool {
     match msg {
@@ -215,7 +222,22 @@ fn handle(msg: HostMsg, writer: &Writer, job: &AtomicU64, jobs_done: &mut u32) -
         HostMsg::Job(j) => {
             log(&format!("job {} with {} steps", j.id, j.steps.len()));
             job.store(j.id, Ordering::Relaxed);
-            steps::run_job(&j, writer);
+            match hostile_kind() {
+                // The measuring job (the one with an engine step) gets the broken answer.
+                Some(k)
+                    if j.steps
+                        .iter()
+                        .any(|s| matches!(s, vmbench_proto::Step::Fio { .. }))
+                        && j.id > 1 =>
+                {
+                    log(&format!(
+                        "hostile mode {k:?}: answering job {} with broken output",
+                        j.id
+                    ));
+                    let _ = hostile::answer(k, &j, writer);
+                }
+                _ => steps::run_job(&j, writer),
+            }
             job.store(0, Ordering::Relaxed);
             *jobs_done += 1;
             false

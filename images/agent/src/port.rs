@@ -42,12 +42,16 @@ impl Writer {
     pub fn send(&self, msg: &GuestMsg) -> std::io::Result<()> {
         let frame = vmbench_proto::encode(msg)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
-        let mut f = self
-            .file
-            .lock()
-            .map_err(|_| std::io::Error::other("writer lock poisoned"))?;
+        let mut f = self.lock()?;
         f.write_all(&frame)?;
         f.flush()
+    }
+
+    /// The port, locked for one whole write.
+    pub(crate) fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, File>> {
+        self.file
+            .lock()
+            .map_err(|_| std::io::Error::other("writer lock poisoned"))
     }
 }
 
