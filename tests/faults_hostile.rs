@@ -11,18 +11,30 @@ use vmbench::results::Outcome;
 fn hostile_guest_output_fails_each_cell_and_nothing_else() {
     let s = Scratch::new();
     let out = s.matrix(&[
-        "--backend", "local", "--format", "raw", "--repeat", "5", "--no-prefill",
-        "--inject-fault", "hostile-oversized@0",
-        "--inject-fault", "hostile-garbage@1",
-        "--inject-fault", "hostile-wrong-job@2",
-        "--inject-fault", "hostile-impossible@3",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--repeat",
+        "5",
+        "--no-prefill",
+        "--inject-fault",
+        "hostile-oversized@0",
+        "--inject-fault",
+        "hostile-garbage@1",
+        "--inject-fault",
+        "hostile-wrong-job@2",
+        "--inject-fault",
+        "hostile-impossible@3",
     ]);
     assert_eq!(out.status.code(), Some(1));
     let (_, rec) = s.run_record();
     assert_eq!(rec.cells.len(), 5, "every cell ran and was recorded");
     let want = ["larger than", "not UTF-8", "job 1002", "fio output"];
     for (c, w) in rec.cells.iter().zip(want) {
-        let Outcome::Failed(r) = &c.outcome else { panic!("{}: {:?}", c.cell_id, c.outcome) };
+        let Outcome::Failed(r) = &c.outcome else {
+            panic!("{}: {:?}", c.cell_id, c.outcome)
+        };
         assert!(r.contains(w), "repeat {}: want {w:?} in {r}", c.repeat);
     }
     // The fifth cell run had no fault: the harness is healthy after four hostile guests.

@@ -268,9 +268,90 @@ pub fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// How a [`wait_until`] ended without success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// The process being waited for exited first (its exit status).
+    Exited(String),
+    /// The deadline passed; the last probe's error.
+    TimedOut(String),
+}
+
+/// Polls `probe` every `interval` until it succeeds, `exited` reports the process gone, or
+/// `timeout` passes: the readiness wait of every embedded server.
+pub fn wait_until(
+    timeout: Duration,
+    interval: Duration,
+    exited: impl Fn() -> Option<String>,
+    mut probe: impl FnMut() -> Result<(), String>,
+) -> Result<(), Waited> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Some(status) = exited() {
+            return Err(Waited::Exited(status));
+        }
+        match probe() {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e,
+        }
+        std::thread::sleep(interval);
+    }
+    Err(Waited::TimedOut(last))
+}
+
+/// The exit status of a child kept in a mutex, once it has exited (None while it runs, or when
+/// it was already taken).
+pub fn child_exited(child: &std::sync::Mutex<Option<Child>>) -> Option<String> {
+    let mut guard = child.lock().unwrap_or_else(|e| e.into_inner());
+    guard
+        .as_mut()?
+        .try_wait()
+        .ok()
+        .flatten()
+        .map(|s| s.to_string())
+}
+
+/// Every backend creates or formats images with qemu-img.
+pub fn require_qemu_img() -> Result<(), super::Unsupported> {
+    if available("qemu-img", "--version") {
+        Ok(())
+    } else {
+        Err(super::Unsupported("qemu-img is not installed".into()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_until_ends_each_way() {
+        let ms = Duration::from_millis;
+        let mut n = 0;
+        let ok = wait_until(
+            ms(500),
+            ms(1),
+            || None,
+            || {
+                n += 1;
+                if n < 3 {
+                    Err(format!("try {n}"))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert_eq!(ok, Ok(()));
+        assert_eq!(
+            wait_until(ms(500), ms(1), || Some("exit 1".into()), || Ok(())),
+            Err(Waited::Exited("exit 1".into()))
+        );
+        assert_eq!(
+            wait_until(ms(20), ms(1), || None, || Err("no".into())),
+            Err(Waited::TimedOut("no".into()))
+        );
+    }
 
     #[test]
     fn qcow2_bound_is_never_below_qemu_img_measure() {

@@ -133,33 +133,35 @@ impl Ganesha {
 
     /// Polls until a probe file can be created over NFS, the child dies, or time runs out.
     fn wait_ready(&self) -> Result<(), StorageError> {
-        let deadline = Instant::now() + START_TIMEOUT;
         let url = self.url_for(PROBE);
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            if let Some(status) = self.exited() {
-                return Err(self.failure(format!("ganesha.nfsd exited during start ({status})")));
+        let probe = || {
+            cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url, "0"])
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        match cmd::wait_until(
+            START_TIMEOUT,
+            Duration::from_millis(250),
+            || self.exited(),
+            probe,
+        ) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(self.export_dir.join(PROBE));
+                Ok(())
             }
-            match cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url, "0"]) {
-                Ok(_) => {
-                    let _ = std::fs::remove_file(self.export_dir.join(PROBE));
-                    return Ok(());
-                }
-                Err(e) => last = e.to_string(),
+            Err(cmd::Waited::Exited(status)) => {
+                Err(self.failure(format!("ganesha.nfsd exited during start ({status})")))
             }
-            std::thread::sleep(Duration::from_millis(250));
+            Err(cmd::Waited::TimedOut(last)) => Err(self.failure(format!(
+                "ganesha.nfsd did not answer on 127.0.0.1 within {}s (last probe: {last})",
+                START_TIMEOUT.as_secs()
+            ))),
         }
-        Err(self.failure(format!(
-            "ganesha.nfsd did not answer on 127.0.0.1 within {}s (last probe: {last})",
-            START_TIMEOUT.as_secs()
-        )))
     }
 
     /// The child's exit status, if it has exited.
     fn exited(&self) -> Option<String> {
-        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        let c = guard.as_mut()?;
-        c.try_wait().ok().flatten().map(|s| s.to_string())
+        cmd::child_exited(&self.child)
     }
 
     fn failure(&self, detail: String) -> StorageError {

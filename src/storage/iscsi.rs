@@ -343,9 +343,7 @@ impl StorageBackend for IscsiBackend {
     }
 
     fn check(&self) -> Result<(), Unsupported> {
-        if !cmd::available("qemu-img", "--version") {
-            return Err(Unsupported("qemu-img is not installed".into()));
-        }
+        cmd::require_qemu_img()?;
         match &self.mode {
             IscsiMode::Embedded(t) if !cmd::pid_alive(t.pid()) => Err(Unsupported(format!(
                 "the embedded tgtd (pid {}) is not running",

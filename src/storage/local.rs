@@ -206,9 +206,7 @@ impl StorageBackend for LocalBackend {
     }
 
     fn check(&self) -> Result<(), Unsupported> {
-        if !cmd::available("qemu-img", "--version") {
-            return Err(Unsupported("qemu-img is not installed".into()));
-        }
+        cmd::require_qemu_img()?;
         match dir_problem(&self.dir) {
             Some(p) => Err(Unsupported(p)),
             None => Ok(()),

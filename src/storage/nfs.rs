@@ -373,9 +373,7 @@ impl StorageBackend for NfsBackend {
     }
 
     fn check(&self) -> Result<(), Unsupported> {
-        if !cmd::available("qemu-img", "--version") {
-            return Err(Unsupported("qemu-img is not installed".into()));
-        }
+        cmd::require_qemu_img()?;
         match &self.mode {
             NfsMode::Embedded(g) if !cmd::pid_alive(g.pid()) => Err(Unsupported(format!(
                 "the embedded ganesha (pid {}) is not running",

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The iSCSI default port, used when free.
 pub const DEFAULT_PORTAL_PORT: u16 = 3260;
@@ -208,33 +208,33 @@ impl Tgt {
     }
 
     fn wait_ready(&self) -> Result<(), StorageError> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            if let Some(status) = self.exited() {
-                return Err(self.failure(format!("tgtd exited during start ({status})")));
+        let probe = || match self.tgtadm(&["--op", "show", "--mode", "sys"]) {
+            Ok(_) if cmd::loopback_port_answers(self.portal_port) => Ok(()),
+            Ok(_) => Err(format!(
+                "portal 127.0.0.1:{} not listening yet",
+                self.portal_port
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+        match cmd::wait_until(
+            START_TIMEOUT,
+            Duration::from_millis(100),
+            || self.exited(),
+            probe,
+        ) {
+            Ok(()) => Ok(()),
+            Err(cmd::Waited::Exited(status)) => {
+                Err(self.failure(format!("tgtd exited during start ({status})")))
             }
-            match self.tgtadm(&["--op", "show", "--mode", "sys"]) {
-                Ok(_) if cmd::loopback_port_answers(self.portal_port) => return Ok(()),
-                Ok(_) => last = format!("portal 127.0.0.1:{} not listening yet", self.portal_port),
-                Err(e) => last = e.to_string(),
-            }
-            std::thread::sleep(Duration::from_millis(100));
+            Err(cmd::Waited::TimedOut(last)) => Err(self.failure(format!(
+                "tgtd did not answer within {}s: {last}",
+                START_TIMEOUT.as_secs()
+            ))),
         }
-        Err(self.failure(format!(
-            "tgtd did not answer within {}s: {last}",
-            START_TIMEOUT.as_secs()
-        )))
     }
 
     fn exited(&self) -> Option<String> {
-        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        guard
-            .as_mut()?
-            .try_wait()
-            .ok()
-            .flatten()
-            .map(|s| s.to_string())
+        cmd::child_exited(&self.child)
     }
 
     fn failure(&self, detail: String) -> StorageError {
