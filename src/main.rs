@@ -215,14 +215,22 @@ async fn cmd_image(a: cli::ImageArgs) -> Result<i32, CliError> {
     .map_err(|e| CliError::Other(e.into()))?
     .map_err(|e| CliError::Other(e.into()))?;
     println!("image {}", info.id);
-    println!("  kernel    {}", info.kernel.display());
-    println!(
-        "  initramfs {} ({:.1} MiB)",
+    let initramfs = format!(
+        "{} ({:.1} MiB)",
         info.initrd.display(),
         info.initrd_bytes as f64 / 1048576.0
     );
-    for (k, v) in &info.versions {
-        println!("  {k:<10}{v}");
+    let rows: Vec<(&str, String)> = [
+        ("kernel", info.kernel.display().to_string()),
+        ("initramfs", initramfs),
+    ]
+    .into_iter()
+    .chain(info.versions.iter().map(|(k, v)| (k.as_str(), v.clone())))
+    .collect();
+    // Keys vary in length (`agent_sha256`): pad to the longest so values line up.
+    let width = rows.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("  {:<width$} {v}", format!("{k}:"));
     }
     Ok(0)
 }

@@ -150,14 +150,14 @@ fn fio_table_has_the_seed_layout_and_right_figures() {
         row(&rows, "Read IOPS")[nfs],
         summary::with_unit(one, "IOPS")
     );
-    // local: two repeats -> mean ± sample sd of the two runs.
+    // local: two repeats -> mean, sample sd relative to the mean, and n.
     let two = raw_sum("fio-host-2jobs.json", "read", "iops");
     let mean = (one + two) / 2.0;
     let sd = ((one - mean).powi(2) + (two - mean).powi(2)).sqrt();
     let want = format!(
-        "{} ± {}",
-        summary::fmt_number(mean, "IOPS"),
-        summary::with_unit(sd, "IOPS")
+        "{} ±{:.1}% (n=2)",
+        summary::with_unit(mean, "IOPS"),
+        sd / mean * 100.0
     );
     assert_eq!(row(&rows, "Read IOPS")[local], want);
     let bw = raw_sum("fio-host-pg-randrw.json", "write", "bw_bytes") / 1048576.0;
@@ -185,7 +185,7 @@ fn fio_table_has_the_seed_layout_and_right_figures() {
         row(&rows, "Write IOPS")[guest],
         summary::with_unit(gs, "IOPS")
     );
-    assert!(t.contains("mean ± sample standard deviation"));
+    assert!(t.contains("mean ±sample standard deviation as % of the mean (n = passed repeats)"));
 }
 
 fn bonnie_results() -> Vec<CellResult> {

@@ -3,12 +3,14 @@
 //! - [`fio_table`]: metrics as rows, one column per cell (the fio seed's layout);
 //! - [`bonnie_table`]: one row per cell with bonnie++'s column groups (the bonnie seeds' layout);
 //! - [`markdown`], [`csv`]: the same for documents and spreadsheets;
-//! - [`html`]: one self-contained page with inline SVG charts.
+//! - [`html`]: one self-contained page with inline SVG charts;
+//! - [`openmetrics`]: the figures as an OpenMetrics text exposition, for dashboards.
 //!
 //! Repeats of a cell are aggregated by [`summary`]. A cell that did not pass shows its outcome,
 //! never a number.
 
 pub mod html;
+pub mod openmetrics;
 pub mod summary;
 
 use crate::cell::WorkloadId;
@@ -57,7 +59,10 @@ fn md_escape(s: &str) -> String {
 fn footnotes(groups: &[CellGroup<'_>], any_mixed: bool) -> String {
     let mut out = String::new();
     if groups.iter().any(|g| g.passed().count() > 1) {
-        out.push_str("Figures are mean ± sample standard deviation over the passed repeats.\n");
+        out.push_str(
+            "With repeats: mean ±sample standard deviation as % of the mean (n = passed repeats); \
+             the HTML report adds 95% confidence intervals.\n",
+        );
     }
     if any_mixed {
         out.push_str(&format!(
@@ -182,8 +187,8 @@ fn bonnie_fmt(agg: &Agg, cpu: bool) -> String {
     match agg {
         Agg::Numbers { stats, too_fast } => {
             let mark = if *too_fast > 0 { MIXED_MARK } else { "" };
-            match stats.stddev {
-                Some(sd) => format!("{} ± {}{mark}", plain(stats.mean), plain(sd)),
+            match stats.rel_sd_pct() {
+                Some(rel) => format!("{} ±{rel:.1}% (n={}){mark}", plain(stats.mean), stats.n),
                 None => format!("{}{mark}", plain(stats.mean)),
             }
         }

@@ -19,6 +19,42 @@ pub struct Stats {
     pub max: f64,
 }
 
+impl Stats {
+    /// Half-width of the two-sided 95% confidence interval of the mean (Student's t with n - 1
+    /// degrees of freedom); `None` for one value.
+    pub fn ci95_half(&self) -> Option<f64> {
+        let sd = self.stddev?;
+        Some(t975(self.n - 1) * sd / (self.n as f64).sqrt())
+    }
+
+    /// Sample standard deviation as a percentage of the mean; `None` for one value or a zero
+    /// mean.
+    pub fn rel_sd_pct(&self) -> Option<f64> {
+        let sd = self.stddev?;
+        (self.mean != 0.0).then(|| sd / self.mean.abs() * 100.0)
+    }
+}
+
+/// Student's t 0.975 quantile: exact table to 30 degrees of freedom, then the Cornish-Fisher
+/// expansion around the normal quantile (within 0.001 of the exact value from 30 on).
+pub fn t975(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df - 1],
+        _ => {
+            let z: f64 = 1.959_964;
+            let d = df as f64;
+            z + (z.powi(3) + z) / (4.0 * d)
+                + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * d * d)
+        }
+    }
+}
+
 /// Mean, sample stddev, min, max of `values`; `None` when empty.
 pub fn stats(values: &[f64]) -> Option<Stats> {
     let n = values.len();
@@ -248,19 +284,18 @@ pub fn with_unit(v: f64, unit: &str) -> String {
 /// Marker after a mean that leaves out `+++++` repeats.
 pub const MIXED_MARK: &str = "*";
 
-/// An aggregate as table text: `mean unit` or `mean ± sd unit`, `+++++`, `n/a (why)`, `-`.
+/// An aggregate as table text: `mean unit`, or with repeats `mean unit ±sd% (n=N)` (the sample
+/// standard deviation relative to the mean), `+++++`, `n/a (why)`, `-`.
 pub fn fmt_agg(agg: &Agg, unit: &str, with_units: bool) -> String {
     match agg {
         Agg::Numbers { stats, too_fast } => {
             let mark = if *too_fast > 0 { MIXED_MARK } else { "" };
             let u = if with_units { unit } else { "" };
-            match stats.stddev {
-                Some(sd) => format!(
-                    "{} ± {}{mark}",
-                    fmt_number(stats.mean, unit),
-                    with_unit(sd, u)
-                ),
-                None => format!("{}{mark}", with_unit(stats.mean, u)),
+            let mean = with_unit(stats.mean, u);
+            match (stats.stddev, stats.rel_sd_pct()) {
+                (_, Some(rel)) => format!("{mean} ±{rel:.1}% (n={}){mark}", stats.n),
+                (Some(sd), None) => format!("{mean} ±{} (n={}){mark}", with_unit(sd, u), stats.n),
+                (None, _) => format!("{mean}{mark}"),
             }
         }
         Agg::TooFast { .. } => "+++++".into(),
@@ -281,6 +316,28 @@ mod tests {
         assert_eq!((s.min, s.max, s.n), (2.0, 9.0, 8));
         assert_eq!(stats(&[3.0]).unwrap().stddev, None);
         assert!(stats(&[]).is_none());
+    }
+
+    #[test]
+    fn ci_uses_student_t() {
+        // Two values 10 and 20: mean 15, sd 7.071, t(1) = 12.706, half-width 12.706 * 5.
+        let s = stats(&[10.0, 20.0]).unwrap();
+        assert!((s.ci95_half().unwrap() - 12.706 * 5.0).abs() < 1e-9);
+        assert!((s.rel_sd_pct().unwrap() - 7.0710678 / 15.0 * 100.0).abs() < 1e-4);
+        assert_eq!(stats(&[1.0]).unwrap().ci95_half(), None);
+        // The expansion continues the table smoothly: t(31) just under t(30), t(120) ~ 1.980.
+        assert!(t975(31) < t975(30) && t975(31) > 2.035);
+        assert!((t975(120) - 1.980).abs() < 0.001);
+    }
+
+    #[test]
+    fn repeats_show_n_and_spread() {
+        let agg = Agg::Numbers {
+            stats: stats(&[2400.0, 2500.0, 2330.0, 2410.0, 2410.0]).unwrap(),
+            too_fast: 0,
+        };
+        assert_eq!(fmt_agg(&agg, "IOPS", true), "2,410 IOPS ±2.5% (n=5)");
+        assert_eq!(fmt_agg(&agg, "IOPS", false), "2,410 ±2.5% (n=5)");
     }
 
     #[test]
