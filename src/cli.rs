@@ -38,7 +38,7 @@ pub enum Command {
     Compare(CompareArgs),
     /// Rank the measured cells of a run by an objective.
     Recommend(RecommendArgs),
-    /// Export a run as JSON (to move results between hosts).
+    /// Export a run as JSON (to move results between hosts) or OpenMetrics (for dashboards).
     Export(ExportArgs),
     /// Import a run exported as JSON.
     Import(ImportArgs),
@@ -323,11 +323,23 @@ pub struct RecommendArgs {
     pub db: DbArgs,
 }
 
+/// Output formats of `vmbench export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// The versioned JSON that `vmbench import` reads.
+    Json,
+    /// OpenMetrics text (for node_exporter's textfile collector or a Pushgateway).
+    Openmetrics,
+}
+
 /// `vmbench export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Run id or `last`.
     pub run: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: ExportFormat,
     /// Output file (stdout when absent).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

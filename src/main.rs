@@ -341,10 +341,14 @@ fn cmd_export(a: &cli::ExportArgs) -> Result<i32, CliError> {
     let id = store
         .resolve(&a.run, None)
         .map_err(|e| CliError::Usage(e.to_string()))?;
-    let json = store
-        .export_json(&id)
-        .map_err(|e| CliError::Other(e.into()))?;
-    write_out(&a.output, &json)?;
+    let text = match a.format {
+        cli::ExportFormat::Json => store.export_json(&id),
+        cli::ExportFormat::Openmetrics => store
+            .load_run(&id)
+            .map(|run| report::openmetrics::openmetrics(&run)),
+    }
+    .map_err(|e| CliError::Other(e.into()))?;
+    write_out(&a.output, &text)?;
     Ok(0)
 }
 

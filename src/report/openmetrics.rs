@@ -152,7 +152,12 @@ pub fn openmetrics(run: &RunRecord) -> String {
                 continue;
             }
             let f = families.entry(name.clone()).or_insert_with(|| Family {
-                help: format!("{} ({}), {} is better", m.label, m.unit, better_word(m.better)),
+                help: format!(
+                    "{} ({}), {} is better",
+                    m.label,
+                    m.unit,
+                    better_word(m.better)
+                ),
                 unit,
                 samples: Vec::new(),
             });
@@ -245,7 +250,11 @@ mod tests {
     fn names_carry_base_units() {
         assert_eq!(
             family("read_lat_p99_us", "µs"),
-            ("vmbench_read_lat_p99_seconds".into(), "seconds".into(), 1e-6)
+            (
+                "vmbench_read_lat_p99_seconds".into(),
+                "seconds".into(),
+                1e-6
+            )
         );
         assert_eq!(family("read_iops", "IOPS").0, "vmbench_read_iops");
         assert_eq!(

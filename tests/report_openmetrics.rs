@@ -1,0 +1,121 @@
+//! The OpenMetrics export of a real run (tests/fixtures/run-local-qcow2-raw-x2.json: 2 local
+//! cells, qcow2 and raw, 2 repeats each, written by `vmbench matrix`): its structure, and
+//! `promtool check metrics` on it where promtool is installed.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use vmbench::report::openmetrics::openmetrics;
+use vmbench::results::{Outcome, RunRecord};
+
+fn run() -> RunRecord {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/run-local-qcow2-raw-x2.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn one_gauge_family_per_metric_with_base_units_and_labels() {
+    let mut rec = run();
+    // A failed repeat contributes nothing, and a hostile host name is escaped.
+    rec.cells[0].provenance.host = "h\"o\\st\nx".into();
+    rec.cells[3].outcome = Outcome::Failed("boom".into());
+    let text = openmetrics(&rec);
+    assert!(text.ends_with("# EOF\n"), "ends with # EOF");
+    assert_eq!(text.matches("# EOF").count(), 1);
+
+    let types: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .collect();
+    assert!(types.iter().all(|t| t.ends_with(" gauge")), "{types:?}");
+    let names: Vec<&str> = types.iter().map(|t| t.split(' ').next().unwrap()).collect();
+    let mut dedup = names.clone();
+    dedup.dedup();
+    assert_eq!(names, dedup, "each family once");
+    for want in [
+        "vmbench_read_iops",
+        "vmbench_read_lat_p99_seconds",
+        "vmbench_write_bw_bytes_per_second",
+        "vmbench_host_qemu_cpu_ratio",
+    ] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+        assert!(text.contains(&format!("# HELP {want} ")), "HELP for {want}");
+    }
+    assert!(text.contains("# UNIT vmbench_read_lat_p99_seconds seconds\n"));
+
+    // 3 passed results -> 3 read IOPS samples, with the cell's dimensions and the run id.
+    let samples: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("vmbench_read_iops{"))
+        .collect();
+    assert_eq!(samples.len(), 3, "{samples:#?}");
+    for s in &samples {
+        for l in [
+            "hypervisor=\"qemu\"",
+            "backend=\"local\"",
+            "bus=\"virtio-blk\"",
+            "workload=\"pg-randrw\"",
+            &format!("run_id=\"{}\"", rec.run_id),
+        ] {
+            assert!(s.contains(l), "{l} in {s}");
+        }
+    }
+    assert!(text.contains("host=\"h\\\"o\\\\st\\nx\""), "host escaped");
+
+    // Values are scaled to base units: µs -> s.
+    let p99_us = rec.cells[1]
+        .metric("read_lat_p99_us")
+        .and_then(|m| m.value.number())
+        .unwrap();
+    let line = text
+        .lines()
+        .filter(|l| l.starts_with("vmbench_read_lat_p99_seconds{"))
+        .nth(1)
+        .unwrap();
+    let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((v - p99_us * 1e-6).abs() < 1e-12, "{v} vs {p99_us} µs");
+}
+
+fn have_promtool() -> bool {
+    Command::new("promtool")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+#[ignore = "host: needs promtool"]
+fn promtool_accepts_the_export() {
+    assert!(
+        have_promtool(),
+        "promtool not installed (apt-get install -y prometheus)"
+    );
+    let text = openmetrics(&run());
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn promtool");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool check metrics: {said}");
+    // Lint findings (non-base units, bad names) make promtool exit non-zero too, but say it
+    // explicitly: nothing printed means nothing to complain about.
+    assert!(said.trim().is_empty(), "promtool said: {said}");
+}
