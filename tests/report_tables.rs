@@ -387,17 +387,30 @@ fn html_has_one_svg_per_chart_and_escapes() {
     assert!(h.starts_with("<!DOCTYPE html>"));
     let svgs = h.matches("<svg").count();
     assert_eq!(svgs, h.matches("<figure class=\"chart\"").count());
-    // one chart per metric key, the latency chart, one per sample series
+    // one chart per headline metric present, one per sample series; every metric in the
+    // collapsed full list
     let keys: std::collections::BTreeSet<&str> = run
         .cells
         .iter()
         .flat_map(|r| r.metrics.iter().map(|m| m.key.as_str()))
         .collect();
+    let headline: Vec<&str> = report::html::HEADLINE
+        .iter()
+        .copied()
+        .filter(|k| keys.contains(k))
+        .collect();
+    assert_eq!(headline.len(), 8, "fio's IOPS, bandwidth and latency");
     let series = run.cells[0].samples.len();
     assert_eq!(series, 6);
-    assert_eq!(svgs, keys.len() + 1 + series);
-    for k in &keys {
+    assert_eq!(svgs, headline.len() + series);
+    for k in &headline {
         assert!(h.contains(&format!("data-chart=\"{k}\"")), "{k}");
+    }
+    for k in &keys {
+        assert!(
+            h.contains(&format!("title=\"{k}\"")),
+            "{k} in the full list"
+        );
     }
     assert!(h.contains("data-chart=\"series-read_iops\""));
     assert!(h.contains("higher is better") && h.contains("lower is better"));

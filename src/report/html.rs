@@ -1,9 +1,18 @@
 //! One self-contained HTML page for a run: inline CSS and SVG only (no scripts, fonts or
 //! links), so it opens offline and can be mailed. Every piece of text from the results is
 //! escaped: cell labels, reasons and provenance come from the host and the guest.
+//!
+//! Reading order, for someone who has ten seconds: the summary table (headline metrics x cells,
+//! with n and spread), headline charts as small multiples grouped by the dimensions that vary
+//! (whiskers: 95% confidence intervals over repeats), per-second time series (stability), then
+//! the full metric list (collapsed), outcomes and provenance.
+//!
+//! The building blocks ([`page`], [`table`], [`BarChart`], [`LineChart`]) know nothing about
+//! runs, so other pages (a comparison, say) can reuse them.
 
-use super::summary::{group_by_cell, metric_infos, Agg, CellGroup, MetricInfo};
-use crate::results::{Better, CellResult, RunRecord};
+use super::summary::{fmt_agg, group_by_cell, metric_infos, with_unit, Agg, CellGroup};
+use crate::cell::Cell;
+use crate::results::{Better, CellResult, Outcome, Provenance, RunRecord};
 use std::fmt::Write;
 
 /// Escapes text for HTML and SVG element content and attribute values.
@@ -22,67 +31,84 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-const PALETTE: [&str; 8] = [
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
+/// Colour-blind-safe categorical palette (Tableau 10).
+pub const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
 ];
-const LABEL_W: f64 = 300.0;
-const PLOT_W: f64 = 420.0;
-const ROW_H: f64 = 22.0;
 
-/// "higher is better" / "lower is better".
-fn direction(b: Better) -> &'static str {
-    match b {
-        Better::Higher => "higher is better",
-        Better::Lower => "lower is better",
-    }
-}
+const CSS: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1400px}\
+h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}\
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;\
+text-align:left;vertical-align:top}th{background:#f3f3f3}td.num{text-align:right;white-space:nowrap}\
+.spread{display:block;color:#666;font-size:.8em}.note{color:#555;font-size:.9em}\
+.grid{display:flex;flex-wrap:wrap;gap:.5em 1.5em}figure{margin:.4em 0}\
+figcaption{font-weight:600;font-size:.9em;margin-bottom:.2em}svg text{font-size:11px;fill:#222}\
+.passed{color:#1a7f37}.failed{color:#b42318;font-weight:600}.unsupported,.skipped{color:#8a6d00}\
+.banner{padding:.5em .8em;background:#fff4e5;border-left:4px solid #f28e2b}\
+details summary{cursor:pointer;font-weight:600}";
 
-/// The whole page.
-pub fn html(run: &RunRecord) -> String {
-    let mut groups = group_by_cell(&run.cells);
-    for (g, t) in groups
-        .iter_mut()
-        .zip(super::summary::column_titles(&group_by_cell(&run.cells)))
-    {
-        g.label = t;
-    }
-    let mut body = String::new();
-    let _ = write!(
-        body,
-        "<h1>vmbench run {}</h1><p>Started {} &mdash; <code>{}</code></p>",
-        esc(&run.run_id),
-        esc(&run.started),
-        esc(&run.command.join(" "))
-    );
-    body.push_str("<h2>Metrics</h2>");
-    let infos = metric_infos(groups.iter().flat_map(|g| g.passed()));
-    for info in &infos {
-        if groups
-            .iter()
-            .any(|g| g.status_word().is_none() && !matches!(g.agg(&info.key), Agg::Missing))
-        {
-            body.push_str(&bar_chart(info, &groups));
-        }
-    }
-    body.push_str(&latency_chart(&groups));
-    body.push_str("<h2>Per-second samples</h2>");
-    for key in series_keys(&run.cells) {
-        body.push_str(&series_chart(&key, &groups));
-    }
-    body.push_str(&outcomes_table(&groups));
-    body.push_str(&provenance_table(&groups));
+/// A complete page around `body`.
+pub fn page(title: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vmbench {}</title>\
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
          <style>{CSS}</style></head><body>{body}</body></html>\n",
-        esc(&run.run_id)
+        esc(title)
     )
 }
 
-const CSS: &str = "body{font-family:sans-serif;margin:1.5em;color:#222}figure{margin:1em 0}\
-figcaption{font-weight:bold;margin-bottom:.3em}table{border-collapse:collapse}\
-td,th{border:1px solid #bbb;padding:.2em .5em;text-align:left}svg text{font-size:12px}";
+/// One table cell: text (escaped here), an optional second line of small print, and a class.
+#[derive(Debug, Clone, Default)]
+pub struct TableCell {
+    /// Main text.
+    pub text: String,
+    /// Small print under it (spread, reasons).
+    pub sub: Option<String>,
+    /// CSS class (`num`, `failed` ...).
+    pub class: Option<&'static str>,
+    /// Tooltip.
+    pub title: Option<String>,
+}
 
-/// A figure around one chart.
+impl From<String> for TableCell {
+    fn from(text: String) -> Self {
+        TableCell {
+            text,
+            ..Default::default()
+        }
+    }
+}
+
+/// A table with a header row; every text is escaped.
+pub fn table(id: &str, head: &[String], rows: &[Vec<TableCell>]) -> String {
+    let mut s = format!("<table id=\"{}\"><tr>", esc(id));
+    for h in head {
+        let _ = write!(s, "<th>{}</th>", esc(h));
+    }
+    s.push_str("</tr>");
+    for row in rows {
+        s.push_str("<tr>");
+        for c in row {
+            s.push_str("<td");
+            if let Some(class) = c.class {
+                let _ = write!(s, " class=\"{class}\"");
+            }
+            if let Some(t) = &c.title {
+                let _ = write!(s, " title=\"{}\"", esc(t));
+            }
+            let _ = write!(s, ">{}", esc(&c.text));
+            if let Some(sub) = &c.sub {
+                let _ = write!(s, "<span class=\"spread\">{}</span>", esc(sub));
+            }
+            s.push_str("</td>");
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table>");
+    s
+}
+
+/// A figure around one SVG.
 fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> String {
     format!(
         "<figure class=\"chart\" data-chart=\"{id}\"><figcaption>{cap}</figcaption>\
@@ -93,291 +119,801 @@ fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> Stri
     )
 }
 
-/// A horizontal bar per cell (mean over repeats) with a ±1 sd error bar when n > 1.
-fn bar_chart(info: &MetricInfo, groups: &[CellGroup<'_>]) -> String {
-    let aggs: Vec<Agg> = groups.iter().map(|g| g.agg(&info.key)).collect();
-    let max = aggs
-        .iter()
-        .filter_map(agg_top)
-        .fold(0.0f64, f64::max)
-        .max(f64::MIN_POSITIVE);
-    let mut inner = String::new();
-    for (i, (g, agg)) in groups.iter().zip(&aggs).enumerate() {
-        let y = 8.0 + i as f64 * ROW_H;
-        inner.push_str(&row_label(&g.label, y + 14.0));
-        let text = match (g.status_word(), agg) {
-            (Some(w), _) => w.to_string(),
-            (None, Agg::Numbers { stats, .. }) => {
-                let w = stats.mean / max * PLOT_W;
+/// "higher is better" / "lower is better".
+pub fn direction(b: Better) -> &'static str {
+    match b {
+        Better::Higher => "higher is better",
+        Better::Lower => "lower is better",
+    }
+}
+
+/// One bar of a [`BarChart`].
+#[derive(Debug, Clone)]
+pub struct Bar {
+    /// Cluster the bar belongs to (empty: none); consecutive bars of one cluster share a heading.
+    pub group: String,
+    /// The bar's own label.
+    pub label: String,
+    /// Length; `None` draws no bar and shows `note` instead.
+    pub value: Option<f64>,
+    /// Whisker half-width (a confidence interval) around `value`.
+    pub err: Option<f64>,
+    /// Text right of the bar.
+    pub note: String,
+    /// Colour index into [`PALETTE`].
+    pub colour: usize,
+}
+
+/// A small horizontal bar chart with optional whiskers.
+#[derive(Debug, Clone)]
+pub struct BarChart {
+    /// Stable id (`data-chart`).
+    pub id: String,
+    /// Caption.
+    pub caption: String,
+    /// Bars, in drawing order.
+    pub bars: Vec<Bar>,
+}
+
+const BAR_LABEL_W: f64 = 120.0;
+const BAR_PLOT_W: f64 = 170.0;
+const BAR_NOTE_W: f64 = 130.0;
+const BAR_ROW_H: f64 = 18.0;
+
+impl BarChart {
+    /// The chart as a `<figure>`.
+    pub fn render(&self) -> String {
+        // With few repeats a 95% interval can be many times the mean (t = 12.7 at n = 2);
+        // scaling to it would squash every bar, so whiskers past 1.6x the largest bar are cut
+        // at the edge and marked with an arrow.
+        let top_mean = self
+            .bars
+            .iter()
+            .filter_map(|b| b.value)
+            .fold(0.0f64, f64::max);
+        let limit = top_mean * 1.6;
+        let max = self
+            .bars
+            .iter()
+            .filter_map(|b| b.value.map(|v| (v + b.err.unwrap_or(0.0)).min(limit)))
+            .fold(0.0f64, f64::max)
+            .max(f64::MIN_POSITIVE);
+        let scale = |v: f64| BAR_LABEL_W + (v.clamp(0.0, max) / max * BAR_PLOT_W);
+        let mut inner = String::new();
+        let mut y = 4.0;
+        let mut last_group: Option<&str> = None;
+        for b in &self.bars {
+            if !b.group.is_empty() && last_group != Some(b.group.as_str()) {
                 let _ = write!(
                     inner,
-                    "<rect x=\"{LABEL_W}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{}\"/>",
-                    y + 3.0,
-                    ROW_H - 6.0,
-                    PALETTE[i % PALETTE.len()]
+                    "<text x=\"2\" y=\"{:.1}\" font-weight=\"bold\">{}</text>",
+                    y + 12.0,
+                    esc(&shorten(&b.group, 40))
                 );
-                if let Some(sd) = stats.stddev {
-                    inner.push_str(&error_bar(stats.mean, sd, max, y + ROW_H / 2.0));
-                }
-                super::summary::fmt_agg(agg, &info.unit, true)
+                y += BAR_ROW_H;
             }
-            (None, other) => super::summary::fmt_agg(other, &info.unit, true),
-        };
-        let tx = LABEL_W + PLOT_W + 8.0;
-        let _ = write!(
-            inner,
-            "<text x=\"{tx}\" y=\"{:.1}\">{}</text>",
-            y + 14.0,
-            esc(&text)
-        );
-    }
-    // The read share checks the job's mix; neither direction is better.
-    let dir = if info.key == "read_share_pct" {
-        "mix check, not a figure of merit"
-    } else {
-        direction(info.better)
-    };
-    let caption = format!("{} ({}) — {dir}", info.label, info.unit);
-    let h = 16.0 + groups.len() as f64 * ROW_H;
-    figure(&info.key, &caption, LABEL_W + PLOT_W + 200.0, h, &inner)
-}
-
-/// A cell label left of the bars, shortened to fit (the full label stays in a tooltip).
-fn row_label(label: &str, y: f64) -> String {
-    const MAX: usize = 46;
-    let shown: String = if label.chars().count() > MAX {
-        label.chars().take(MAX - 1).chain(['…']).collect()
-    } else {
-        label.to_string()
-    };
-    format!(
-        "<text x=\"4\" y=\"{y:.1}\"><title>{}</title>{}</text>",
-        esc(label),
-        esc(&shown)
-    )
-}
-
-/// The right end of a bar with its error bar.
-fn agg_top(a: &Agg) -> Option<f64> {
-    match a {
-        Agg::Numbers { stats, .. } => Some(stats.mean + stats.stddev.unwrap_or(0.0)),
-        _ => None,
-    }
-}
-
-/// A ±sd whisker at height `y`.
-fn error_bar(mean: f64, sd: f64, max: f64, y: f64) -> String {
-    let x0 = LABEL_W + ((mean - sd).max(0.0) / max * PLOT_W);
-    let x1 = LABEL_W + ((mean + sd) / max * PLOT_W);
-    format!(
-        "<g class=\"errorbar\" stroke=\"#000\"><line x1=\"{x0:.1}\" y1=\"{y:.1}\" x2=\"{x1:.1}\" y2=\"{y:.1}\"/>\
-         <line x1=\"{x0:.1}\" y1=\"{:.1}\" x2=\"{x0:.1}\" y2=\"{:.1}\"/><line x1=\"{x1:.1}\" y1=\"{:.1}\" x2=\"{x1:.1}\" y2=\"{:.1}\"/></g>",
-        y - 4.0,
-        y + 4.0,
-        y - 4.0,
-        y + 4.0
-    )
-}
-
-const LAT_KEYS: [(&str, &str); 4] = [
-    ("read_lat_mean_us", "read avg"),
-    ("read_lat_p99_us", "read p99"),
-    ("write_lat_mean_us", "write avg"),
-    ("write_lat_p99_us", "write p99"),
-];
-
-/// Mean and p99 latency, read and write, grouped per cell.
-fn latency_chart(groups: &[CellGroup<'_>]) -> String {
-    let rows: Vec<(&CellGroup<'_>, Vec<Option<f64>>)> = groups
-        .iter()
-        .filter(|g| g.status_word().is_none())
-        .map(|g| (g, LAT_KEYS.iter().map(|(k, _)| mean_of(g, k)).collect()))
-        .filter(|(_, v): &(_, Vec<Option<f64>>)| v.iter().any(Option::is_some))
-        .collect();
-    if rows.is_empty() {
-        return String::new();
-    }
-    let max = rows
-        .iter()
-        .flat_map(|(_, v)| v.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b))
-        .max(f64::MIN_POSITIVE);
-    let bar_h = 12.0;
-    let group_h = bar_h * 4.0 + 10.0;
-    let mut inner = String::new();
-    for (k, (_, name)) in LAT_KEYS.iter().enumerate() {
-        let x = LABEL_W + k as f64 * 100.0;
-        let _ = write!(inner, "<rect x=\"{x}\" y=\"4\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"13\">{name}</text>", PALETTE[k], x + 14.0);
-    }
-    for (i, (g, vals)) in rows.iter().enumerate() {
-        let y0 = 24.0 + i as f64 * group_h;
-        inner.push_str(&row_label(&g.label, y0 + group_h / 2.0));
-        for (k, v) in vals.iter().enumerate() {
-            let Some(v) = v else { continue };
-            let y = y0 + k as f64 * bar_h;
-            let w = v / max * PLOT_W;
+            last_group = Some(b.group.as_str());
+            let indent = if b.group.is_empty() { 2.0 } else { 12.0 };
             let _ = write!(
                 inner,
-                "<rect x=\"{LABEL_W}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{} µs</text>",
-                bar_h - 2.0,
-                PALETTE[k],
-                LABEL_W + w + 4.0,
-                y + 9.0,
-                esc(&super::summary::fmt_number(*v, "µs"))
+                "<text x=\"{indent}\" y=\"{:.1}\"><title>{}</title>{}</text>",
+                y + 12.0,
+                esc(&b.label),
+                esc(&shorten(&b.label, 18))
             );
+            if let Some(v) = b.value {
+                let _ = write!(
+                    inner,
+                    "<rect x=\"{BAR_LABEL_W}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"/>",
+                    y + 3.0,
+                    scale(v) - BAR_LABEL_W,
+                    BAR_ROW_H - 6.0,
+                    PALETTE[b.colour % PALETTE.len()]
+                );
+                if let Some(e) = b.err {
+                    let cut = v + e > max;
+                    inner.push_str(&whisker(
+                        scale(v - e),
+                        scale(v + e),
+                        y + BAR_ROW_H / 2.0,
+                        cut,
+                    ));
+                }
+            }
+            let _ = write!(
+                inner,
+                "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                BAR_LABEL_W + BAR_PLOT_W + 6.0,
+                y + 12.0,
+                esc(&b.note)
+            );
+            y += BAR_ROW_H;
         }
+        let w = BAR_LABEL_W + BAR_PLOT_W + BAR_NOTE_W;
+        figure(&self.id, &self.caption, w, y + 4.0, &inner)
     }
-    let h = 30.0 + rows.len() as f64 * group_h;
-    figure(
-        "latency",
-        "Latency, mean and p99 (µs) — lower is better",
-        LABEL_W + PLOT_W + 120.0,
-        h,
-        &inner,
+}
+
+/// A horizontal whisker from `x0` to `x1` at height `y`; `cut` ends it in an arrow (the
+/// interval goes on past the plot).
+fn whisker(x0: f64, x1: f64, y: f64, cut: bool) -> String {
+    let end = if cut {
+        format!("<path d=\"M{x1:.1},{y:.1} l-6,-4 v8 z\" fill=\"#222\" stroke=\"none\"/>")
+    } else {
+        format!(
+            "<line x1=\"{x1:.1}\" y1=\"{:.1}\" x2=\"{x1:.1}\" y2=\"{:.1}\"/>",
+            y - 4.0,
+            y + 4.0
+        )
+    };
+    format!(
+        "<g class=\"errorbar\" stroke=\"#222\" stroke-width=\"1.2\"><line x1=\"{x0:.1}\" y1=\"{y:.1}\" x2=\"{x1:.1}\" y2=\"{y:.1}\"/>\
+         <line x1=\"{x0:.1}\" y1=\"{:.1}\" x2=\"{x0:.1}\" y2=\"{:.1}\"/>{end}</g>",
+        y - 4.0,
+        y + 4.0,
     )
 }
 
-/// Mean over passed repeats of a numeric metric.
-fn mean_of(g: &CellGroup<'_>, key: &str) -> Option<f64> {
-    match g.agg(key) {
-        Agg::Numbers { stats, .. } => Some(stats.mean),
-        _ => None,
+/// Shortens text to `max` characters with an ellipsis.
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() > max {
+        s.chars().take(max - 1).chain(['…']).collect()
+    } else {
+        s.to_string()
     }
 }
 
-/// Every series key in the results, sorted.
-fn series_keys(results: &[CellResult]) -> Vec<String> {
-    let mut keys: Vec<String> = results
+/// A line chart: x is the sample index (seconds), one line per series.
+#[derive(Debug, Clone)]
+pub struct LineChart {
+    /// Stable id (`data-chart`).
+    pub id: String,
+    /// Caption.
+    pub caption: String,
+    /// Unit of the y axis.
+    pub unit: String,
+    /// (name, values, colour index).
+    pub series: Vec<(String, Vec<f64>, usize)>,
+}
+
+impl LineChart {
+    /// The chart as a `<figure>`.
+    pub fn render(&self) -> String {
+        let (left, top, pw, ph) = (64.0, 8.0, 330.0, 130.0);
+        let legend_top = top + ph + 28.0;
+        let h = legend_top + self.series.len() as f64 * 14.0 + 4.0;
+        let w = left + pw + 16.0;
+        let n = self.series.iter().map(|s| s.1.len()).max().unwrap_or(0);
+        let ymax = nice_ceiling(
+            self.series
+                .iter()
+                .flat_map(|s| s.1.iter())
+                .fold(0.0f64, |a, b| a.max(*b)),
+        );
+        let xs = |i: usize| left + i as f64 / (n.max(2) - 1) as f64 * pw;
+        let ys = |v: f64| top + ph - v / ymax * ph;
+        let mut inner = String::new();
+        for k in 0..=2 {
+            let v = ymax * k as f64 / 2.0;
+            let _ =
+                write!(
+                inner,
+                "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                left + pw,
+                left - 4.0,
+                ys(v) + 4.0,
+                esc(&if k == 0 { "0".to_string() } else { with_unit(v, &self.unit) }),
+                y = ys(v),
+            );
+        }
+        let _ = write!(
+            inner,
+            "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{:.1}\" stroke=\"#444\"/>\
+             <text x=\"{left}\" y=\"{:.1}\">0 s</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} s</text>",
+            top + ph,
+            top + ph + 14.0,
+            left + pw,
+            top + ph + 14.0,
+            n.saturating_sub(1)
+        );
+        for (i, (name, values, colour)) in self.series.iter().enumerate() {
+            let c = PALETTE[colour % PALETTE.len()];
+            let pts: Vec<String> = values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(x, v)| format!("{:.1},{:.1}", xs(x), ys(*v)))
+                .collect();
+            let ly = legend_top + i as f64 * 14.0;
+            let _ = write!(
+                inner,
+                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.6\" points=\"{}\"/>\
+                 <line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-width=\"3\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                pts.join(" "),
+                ly - 4.0,
+                left + 14.0,
+                ly - 4.0,
+                left + 18.0,
+                ly,
+                esc(&shorten(name, 56))
+            );
+        }
+        figure(&self.id, &self.caption, w, h, &inner)
+    }
+}
+
+/// A round number at or above `v` (1, 2, 2.5, 5 x 10^k) so axis labels read well.
+fn nice_ceiling(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
-        .flat_map(|r| r.samples.keys().cloned())
+        .map(|m| m * p)
+        .find(|c| *c >= v)
+        .unwrap_or(10.0 * p)
+}
+
+/// The metrics a reader looks at first, in order: fio's throughput, latency and cost, then
+/// bonnie++'s block and seek figures.
+pub const HEADLINE: [&str; 15] = [
+    "read_iops",
+    "write_iops",
+    "read_bw_mib_s",
+    "write_bw_mib_s",
+    "read_lat_mean_us",
+    "read_lat_p99_us",
+    "write_lat_mean_us",
+    "write_lat_p99_us",
+    "host_qemu_cpu_pct",
+    "storage_server_cpu_pct",
+    "storage_server_peak_rss_mib",
+    "seq_out_block_kps",
+    "seq_in_block_kps",
+    "seq_out_rewrite_kps",
+    "random_seeks_ps",
+];
+
+/// The dimensions of a cell, by name, as the cell id spells them.
+fn dimensions(c: &Cell) -> [(&'static str, String); 9] {
+    [
+        ("hypervisor", c.hypervisor.to_string()),
+        (
+            "xen mode",
+            c.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
+        ),
+        ("backend", c.backend.to_string()),
+        ("format", c.format.to_string()),
+        ("bus", c.bus.to_string()),
+        ("cache", c.cache.to_string()),
+        ("io", c.io.to_string()),
+        ("layout", c.layout.to_string()),
+        ("workload", c.workload.to_string()),
+    ]
+}
+
+/// Which dimensions vary across the groups (indices into [`dimensions`]), and the fixed ones
+/// with their single value.
+fn varying(groups: &[CellGroup<'_>]) -> (Vec<usize>, Vec<(&'static str, String)>) {
+    let dims: Vec<_> = groups
+        .iter()
+        .map(|g| dimensions(&g.repeats[0].cell))
+        .collect();
+    let mut vary = Vec::new();
+    let mut fixed = Vec::new();
+    for i in 0..9 {
+        let first = dims.first().map(|d| d[i].1.clone()).unwrap_or_default();
+        if dims.iter().any(|d| d[i].1 != first) {
+            vary.push(i);
+        } else if !first.is_empty() {
+            fixed.push((dims[0][i].0, first));
+        }
+    }
+    (vary, fixed)
+}
+
+/// Per group: (cluster, short label). Clusters by the first varying dimension when two or more
+/// vary; the label names the remaining varying dimensions' values.
+fn short_labels(groups: &[CellGroup<'_>], vary: &[usize]) -> Vec<(String, String)> {
+    groups
+        .iter()
+        .map(|g| {
+            let d = dimensions(&g.repeats[0].cell);
+            match vary {
+                [] => (String::new(), g.label.clone()),
+                [one] => (String::new(), d[*one].1.clone()),
+                [first, rest @ ..] => (
+                    format!("{} {}", d[*first].0, d[*first].1),
+                    rest.iter()
+                        .map(|i| d[*i].1.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Groups in cluster order (stable within a cluster), so a cluster's bars sit together.
+fn clustered<'a, 'b>(
+    groups: &'b [CellGroup<'a>],
+    labels: &'b [(String, String)],
+) -> Vec<(usize, &'b CellGroup<'a>)> {
+    let mut order: Vec<&str> = Vec::new();
+    for (c, _) in labels {
+        if !order.contains(&c.as_str()) {
+            order.push(c);
+        }
+    }
+    let mut out: Vec<(usize, &CellGroup<'a>)> = groups.iter().enumerate().collect();
+    out.sort_by_key(|(i, _)| order.iter().position(|c| *c == labels[*i].0));
+    out
+}
+
+/// `±3.1% sd · 95% CI ±75 IOPS · n=5`, or `n=1`.
+fn spread_line(agg: &Agg, unit: &str) -> Option<String> {
+    let Agg::Numbers { stats, .. } = agg else {
+        return None;
+    };
+    match (stats.rel_sd_pct(), stats.ci95_half()) {
+        (Some(rel), Some(ci)) => Some(format!(
+            "sd ±{rel:.1}% · 95% CI ±{} · n={}",
+            with_unit(ci, unit),
+            stats.n
+        )),
+        _ => Some(format!("n={}", stats.n)),
+    }
+}
+
+/// The page's context: groups with display titles, and what varies.
+struct View<'a> {
+    groups: Vec<CellGroup<'a>>,
+    labels: Vec<(String, String)>,
+    fixed: Vec<(&'static str, String)>,
+}
+
+impl<'a> View<'a> {
+    fn new(cells: &'a [CellResult]) -> Self {
+        let mut groups = group_by_cell(cells);
+        let titles = super::summary::column_titles(&groups);
+        for (g, t) in groups.iter_mut().zip(titles) {
+            g.label = t;
+        }
+        let (vary, fixed) = varying(&groups);
+        let labels = short_labels(&groups, &vary);
+        View {
+            groups,
+            labels,
+            fixed,
+        }
+    }
+
+    /// A column head for group `i`: cluster and label together.
+    fn head(&self, i: usize) -> String {
+        match &self.labels[i] {
+            (c, l) if c.is_empty() => l.clone(),
+            (c, l) => format!("{c} · {l}"),
+        }
+    }
+}
+
+/// The whole page.
+pub fn html(run: &RunRecord) -> String {
+    let view = View::new(&run.cells);
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>vmbench run {}</h1><p class=\"note\">Started {} &mdash; <code>{}</code></p>",
+        esc(&run.run_id),
+        esc(&run.started),
+        esc(&run.command.join(" "))
+    );
+    body.push_str(&banner(&view));
+    body.push_str(&summary_section(&view));
+    body.push_str(&headline_charts(&view));
+    body.push_str(&series_section(&view));
+    body.push_str(&full_metrics(&view));
+    body.push_str(&outcomes_section(&view));
+    body.push_str(&provenance_section(&view));
+    page(&format!("vmbench {}", run.run_id), &body)
+}
+
+/// How many cells ended how; a warning colour when any did not pass.
+fn banner(view: &View<'_>) -> String {
+    let mut counts = [0usize; 4];
+    for g in &view.groups {
+        let k = match g.repeats.iter().find(|r| r.outcome != Outcome::Passed) {
+            None => 0,
+            Some(r) => match r.outcome {
+                Outcome::Failed(_) => 1,
+                Outcome::Unsupported(_) => 2,
+                _ => 3,
+            },
+        };
+        counts[k] += 1;
+    }
+    let parts: Vec<String> = ["passed", "failed", "unsupported", "skipped"]
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .map(|(w, n)| format!("{n} {w}"))
+        .collect();
+    let text = format!("{} cells: {}", view.groups.len(), parts.join(", "));
+    if counts[0] == view.groups.len() {
+        format!("<p>{}.</p>", esc(&text))
+    } else {
+        format!(
+            "<p class=\"banner\">{}; the reasons are under <a href=\"#outcomes\">Outcomes</a>.</p>",
+            esc(&text)
+        )
+    }
+}
+
+/// Headline keys present in the run, with their metric info.
+fn headline_infos(view: &View<'_>) -> Vec<super::summary::MetricInfo> {
+    let infos = metric_infos(view.groups.iter().flat_map(|g| g.passed()));
+    HEADLINE
+        .iter()
+        .filter_map(|k| infos.iter().find(|i| i.key == *k).cloned())
+        .collect()
+}
+
+/// The seed-style table: headline metrics as rows, cells as columns, n and spread under each
+/// figure, and the outcome as the last row.
+fn summary_section(view: &View<'_>) -> String {
+    let head: Vec<String> = std::iter::once("Metric".to_string())
+        .chain((0..view.groups.len()).map(|i| view.head(i)))
+        .collect();
+    let mut rows: Vec<Vec<TableCell>> = Vec::new();
+    for info in headline_infos(view) {
+        let mut row = vec![TableCell {
+            text: info.label.clone(),
+            sub: Some(direction(info.better).into()),
+            ..Default::default()
+        }];
+        for g in &view.groups {
+            let agg = g.agg(&info.key);
+            row.push(match g.status_word() {
+                Some(w) => TableCell {
+                    text: w.into(),
+                    class: Some("failed"),
+                    ..Default::default()
+                },
+                None => TableCell {
+                    text: fmt_agg(&first_line(&agg), &info.unit, true),
+                    sub: spread_line(&agg, &info.unit),
+                    class: Some("num"),
+                    title: None,
+                },
+            });
+        }
+        rows.push(row);
+    }
+    rows.push(
+        std::iter::once(TableCell::from("Outcome".to_string()))
+            .chain(view.groups.iter().map(|g| TableCell {
+                text: g.outcome(),
+                class: Some(outcome_class(g)),
+                ..Default::default()
+            }))
+            .collect(),
+    );
+    let fixed: Vec<String> = view.fixed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    format!(
+        "<h2 id=\"summary\">Summary</h2><p class=\"note\">All cells: {}. Figures are means over \
+         the passed repeats; under each, the sample standard deviation relative to the mean, the \
+         95% confidence interval of the mean (Student's t) and n.</p>{}",
+        esc(&fixed.join(", ")),
+        table("summary-table", &head, &rows)
+    )
+}
+
+/// The mean alone (the spread goes on its own line in the summary).
+fn first_line(agg: &Agg) -> Agg {
+    match agg {
+        Agg::Numbers { stats, too_fast } => Agg::Numbers {
+            stats: super::summary::Stats {
+                stddev: None,
+                ..*stats
+            },
+            too_fast: *too_fast,
+        },
+        other => other.clone(),
+    }
+}
+
+/// CSS class of a group's outcome.
+fn outcome_class(g: &CellGroup<'_>) -> &'static str {
+    match g.repeats.iter().find(|r| r.outcome != Outcome::Passed) {
+        None => "passed",
+        Some(r) => match r.outcome {
+            Outcome::Failed(_) => "failed",
+            Outcome::Unsupported(_) => "unsupported",
+            _ => "skipped",
+        },
+    }
+}
+
+/// One small chart per headline metric; bars grouped by the varying dimensions.
+fn headline_charts(view: &View<'_>) -> String {
+    let mut s = String::from(
+        "<h2 id=\"charts\">Headline charts</h2><p class=\"note\">Bars are means over repeats; \
+         whiskers the 95% confidence interval of the mean where a cell has n &gt; 1 (an arrow: \
+         the interval runs on past the plot).</p><div class=\"grid\">",
+    );
+    for info in headline_infos(view) {
+        let bars = clustered(&view.groups, &view.labels)
+            .into_iter()
+            .map(|(i, g)| {
+                let agg = g.agg(&info.key);
+                let (value, err) = match &agg {
+                    Agg::Numbers { stats, .. } if g.status_word().is_none() => {
+                        (Some(stats.mean), stats.ci95_half())
+                    }
+                    _ => (None, None),
+                };
+                let note = match g.status_word() {
+                    Some(w) => w.to_string(),
+                    None => fmt_agg(&first_line(&agg), &info.unit, true),
+                };
+                Bar {
+                    group: view.labels[i].0.clone(),
+                    label: view.labels[i].1.clone(),
+                    value,
+                    err,
+                    note,
+                    colour: i,
+                }
+            })
+            .collect();
+        let chart = BarChart {
+            id: info.key.clone(),
+            caption: format!(
+                "{} ({}) — {}",
+                info.label,
+                info.unit,
+                direction(info.better)
+            ),
+            bars,
+        };
+        s.push_str(&chart.render());
+    }
+    s.push_str("</div>");
+    s
+}
+
+/// Unit and direction of a per-second series key.
+fn series_meta(key: &str) -> (&'static str, &'static str) {
+    if key.ends_with("_iops") {
+        ("IOPS", "higher is better")
+    } else if key.ends_with("_mib_s") {
+        ("MiB/s", "higher is better")
+    } else if key.ends_with("_us") {
+        ("µs", "lower is better")
+    } else if key.ends_with("_pct") {
+        ("%", "lower is better")
+    } else {
+        ("", "")
+    }
+}
+
+/// Per second, the mean over a group's passed repeats that have that second.
+fn mean_series(g: &CellGroup<'_>, key: &str) -> Option<(Vec<f64>, usize)> {
+    let runs: Vec<&Vec<f64>> = g.passed().filter_map(|r| r.samples.get(key)).collect();
+    let len = runs.iter().map(|s| s.len()).max()?;
+    let mean = (0..len)
+        .map(|i| {
+            let vals: Vec<f64> = runs.iter().filter_map(|s| s.get(i).copied()).collect();
+            vals.iter().sum::<f64>() / vals.len() as f64
+        })
+        .collect();
+    Some((mean, runs.len()))
+}
+
+/// One line chart per series key, one line per cell.
+fn series_section(view: &View<'_>) -> String {
+    let mut keys: Vec<&String> = view
+        .groups
+        .iter()
+        .flat_map(|g| g.passed().flat_map(|r| r.samples.keys()))
         .collect();
     keys.sort();
     keys.dedup();
-    keys
-}
-
-/// Unit and direction of a series key.
-fn series_meta(key: &str) -> (&'static str, Better) {
-    if key.ends_with("_iops") {
-        ("IOPS", Better::Higher)
-    } else if key.ends_with("_mib_s") {
-        ("MiB/s", Better::Higher)
-    } else if key.ends_with("_us") {
-        ("µs", Better::Lower)
-    } else if key.ends_with("_pct") {
-        ("%", Better::Lower)
-    } else {
-        ("", Better::Higher)
+    if keys.is_empty() {
+        return "<h2 id=\"series\">Per-second samples</h2><p class=\"note\">No per-second \
+                samples in this run.</p>"
+            .into();
     }
-}
-
-/// One line per cell and repeat, x in seconds.
-fn series_chart(key: &str, groups: &[CellGroup<'_>]) -> String {
-    let lines: Vec<(String, &Vec<f64>)> = groups
-        .iter()
-        .flat_map(|g| {
-            g.passed().filter_map(move |r| {
-                r.samples
-                    .get(key)
-                    .map(|s| (format!("{} #{}", g.label, r.repeat), s))
-            })
-        })
-        .filter(|(_, s)| s.iter().all(|v| v.is_finite()))
-        .collect();
-    let (w, h, left, top, bottom) = (PLOT_W + 240.0, 220.0, 70.0, 10.0, 30.0);
-    let pw = PLOT_W;
-    let ph = h - top - bottom;
-    let n = lines.iter().map(|(_, s)| s.len()).max().unwrap_or(0).max(2);
-    let ymax = lines
-        .iter()
-        .flat_map(|(_, s)| s.iter())
-        .fold(0.0f64, |a, b| a.max(*b))
-        .max(f64::MIN_POSITIVE);
-    let (unit, better) = series_meta(key);
-    let mut inner = format!(
-        "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{:.1}\" stroke=\"#000\"/><line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#000\"/>\
-         <text x=\"2\" y=\"{:.1}\">{}</text><text x=\"2\" y=\"{:.1}\">0</text><text x=\"{:.1}\" y=\"{:.1}\">{} s</text>",
-        top + ph,
-        top + ph,
-        left + pw,
-        top + ph,
-        top + 10.0,
-        esc(&super::summary::with_unit(ymax, unit)),
-        top + ph,
-        left + pw - 20.0,
-        h - 8.0,
-        n
+    let mut s = String::from(
+        "<h2 id=\"series\">Per-second samples</h2><p class=\"note\">Within-run stability: one \
+         line per cell, the mean over its repeats for each second of the measured window. \
+         Diagnostic only; verdicts use whole repeats.</p><div class=\"grid\">",
     );
-    for (i, (name, s)) in lines.iter().enumerate() {
-        let pts: Vec<String> = s
+    for key in keys {
+        let series = view
+            .groups
             .iter()
             .enumerate()
-            .map(|(x, v)| {
-                format!(
-                    "{:.1},{:.1}",
-                    left + x as f64 / (n - 1) as f64 * pw,
-                    top + ph - v / ymax * ph
-                )
+            .filter_map(|(i, g)| {
+                mean_series(g, key).map(|(v, n)| (format!("{} (n={n})", view.head(i)), v, i))
             })
             .collect();
-        let c = PALETTE[i % PALETTE.len()];
-        let _ = write!(
-            inner,
-            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" points=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"{c}\">{}</text>",
-            pts.join(" "),
-            left + pw + 8.0,
-            top + 12.0 + i as f64 * 14.0,
-            esc(name)
-        );
+        let (unit, dir) = series_meta(key);
+        let chart = LineChart {
+            id: format!("series-{key}"),
+            caption: format!("{key} per second ({unit}) — {dir}"),
+            unit: unit.into(),
+            series,
+        };
+        s.push_str(&chart.render());
     }
-    let caption = format!("{key} per second ({unit}) — {}", direction(better));
-    figure(&format!("series-{key}"), &caption, w, h, &inner)
-}
-
-/// Outcome of every cell.
-fn outcomes_table(groups: &[CellGroup<'_>]) -> String {
-    let mut s = String::from(
-        "<h2>Outcomes</h2><table><tr><th>Cell</th><th>Id</th><th>Repeats</th><th>Outcome</th></tr>",
-    );
-    for g in groups {
-        let _ = write!(
-            s,
-            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
-            esc(&g.label),
-            esc(&g.cell_id),
-            g.repeats.len(),
-            esc(&g.outcome())
-        );
-    }
-    s.push_str("</table>");
+    s.push_str("</div>");
     s
 }
 
-/// Where each cell's numbers came from (first repeat's provenance).
-fn provenance_table(groups: &[CellGroup<'_>]) -> String {
-    let mut s = String::from(
-        "<h2>Provenance</h2><table><tr><th>Cell</th><th>Host</th><th>Kernel</th><th>CPU</th><th>QEMU</th>\
-         <th>libvirt</th><th>Guest kernel</th><th>fio</th><th>bonnie++</th><th>Image</th><th>vmbench</th></tr>",
-    );
-    for g in groups {
-        let p = &g.repeats[0].provenance;
-        let _ = write!(s, "<tr><td>{}</td>", esc(&g.label));
-        for v in [
-            &p.host,
-            &p.host_kernel,
-            &p.cpu_model,
-            &p.qemu,
-            &p.libvirt,
-            &p.guest_kernel,
-            &p.fio,
-            &p.bonnie,
-            &p.image,
-            &p.vmbench,
-        ] {
-            let _ = write!(s, "<td>{}</td>", esc(v));
-        }
-        s.push_str("</tr>");
+/// Every metric, collapsed.
+fn full_metrics(view: &View<'_>) -> String {
+    let infos = metric_infos(view.groups.iter().flat_map(|g| g.passed()));
+    let head: Vec<String> = ["Metric".to_string(), "Unit".to_string()]
+        .into_iter()
+        .chain((0..view.groups.len()).map(|i| view.head(i)))
+        .collect();
+    let rows: Vec<Vec<TableCell>> = infos
+        .iter()
+        .map(|info| {
+            let mut row = vec![
+                TableCell {
+                    text: info.label.clone(),
+                    title: Some(info.key.clone()),
+                    ..Default::default()
+                },
+                TableCell::from(info.unit.clone()),
+            ];
+            row.extend(view.groups.iter().map(|g| TableCell {
+                text: g.status_word().map_or_else(
+                    || fmt_agg(&g.agg(&info.key), &info.unit, false),
+                    String::from,
+                ),
+                class: Some("num"),
+                ..Default::default()
+            }));
+            row
+        })
+        .collect();
+    format!(
+        "<h2 id=\"all\">All metrics</h2><details><summary>{} metrics (mean, ±sd as % of the \
+         mean, n)</summary>{}</details>",
+        infos.len(),
+        table("all-metrics", &head, &rows)
+    )
+}
+
+/// Every cell with how it ended; cells that did not pass come first, with their reasons.
+fn outcomes_section(view: &View<'_>) -> String {
+    let mut order: Vec<&CellGroup<'_>> = view.groups.iter().collect();
+    order.sort_by_key(|g| outcome_class(g) == "passed");
+    let rows: Vec<Vec<TableCell>> = order
+        .iter()
+        .map(|g| {
+            vec![
+                TableCell::from(g.label.clone()),
+                TableCell::from(g.cell_id.clone()),
+                TableCell {
+                    text: g.repeats.len().to_string(),
+                    class: Some("num"),
+                    ..Default::default()
+                },
+                TableCell {
+                    text: g.outcome(),
+                    class: Some(outcome_class(g)),
+                    ..Default::default()
+                },
+            ]
+        })
+        .collect();
+    let head = ["Cell", "Id", "Repeats", "Outcome"].map(String::from);
+    format!(
+        "<h2 id=\"outcomes\">Outcomes</h2>{}",
+        table("outcomes-table", &head, &rows)
+    )
+}
+
+/// Provenance fields by name.
+fn provenance_fields(p: &Provenance) -> [(&'static str, &str); 10] {
+    [
+        ("Host", &p.host),
+        ("Kernel", &p.host_kernel),
+        ("CPU", &p.cpu_model),
+        ("QEMU", &p.qemu),
+        ("libvirt", &p.libvirt),
+        ("Guest kernel", &p.guest_kernel),
+        ("fio", &p.fio),
+        ("bonnie++", &p.bonnie),
+        ("Image", &p.image),
+        ("vmbench", &p.vmbench),
+    ]
+}
+
+/// Where the numbers came from: one table when every cell agrees, else one row per cell.
+fn provenance_section(view: &View<'_>) -> String {
+    let provs: Vec<&Provenance> = view
+        .groups
+        .iter()
+        .map(|g| &g.repeats[0].provenance)
+        .collect();
+    let head: Vec<String>;
+    let rows: Vec<Vec<TableCell>>;
+    if provs.windows(2).all(|w| w[0] == w[1]) {
+        head = vec!["What".into(), "Version (every cell)".into()];
+        rows = provs
+            .first()
+            .map(|p| {
+                provenance_fields(p)
+                    .iter()
+                    .map(|(k, v)| {
+                        vec![
+                            TableCell::from(k.to_string()),
+                            TableCell::from(v.to_string()),
+                        ]
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    } else {
+        head = std::iter::once("Cell".to_string())
+            .chain(
+                provenance_fields(provs[0])
+                    .iter()
+                    .map(|(k, _)| k.to_string()),
+            )
+            .collect();
+        rows = view
+            .groups
+            .iter()
+            .zip(&provs)
+            .map(|(g, p)| {
+                std::iter::once(TableCell::from(g.label.clone()))
+                    .chain(
+                        provenance_fields(p)
+                            .iter()
+                            .map(|(_, v)| TableCell::from(v.to_string())),
+                    )
+                    .collect()
+            })
+            .collect();
     }
-    s.push_str("</table>");
-    s
+    format!(
+        "<h2 id=\"provenance\">Provenance</h2>{}",
+        table("provenance-table", &head, &rows)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_tops_are_round() {
+        assert_eq!(nice_ceiling(2410.0), 2500.0);
+        assert_eq!(nice_ceiling(0.7), 1.0);
+        assert_eq!(nice_ceiling(101.0), 200.0);
+        assert_eq!(nice_ceiling(0.0), 1.0);
+    }
+
+    #[test]
+    fn table_escapes_everything() {
+        let t = table(
+            "t",
+            &["<h>".into()],
+            &[vec![TableCell {
+                text: "a&b".into(),
+                sub: Some("\"q\"".into()),
+                ..Default::default()
+            }]],
+        );
+        assert!(t.contains("&lt;h&gt;") && t.contains("a&amp;b") && t.contains("&quot;q&quot;"));
+    }
 }
