@@ -155,7 +155,7 @@ pub struct BarChart {
     pub bars: Vec<Bar>,
 }
 
-const BAR_LABEL_W: f64 = 120.0;
+const BAR_LABEL_W: f64 = 150.0;
 const BAR_PLOT_W: f64 = 170.0;
 const BAR_NOTE_W: f64 = 130.0;
 const BAR_ROW_H: f64 = 18.0;
@@ -199,7 +199,7 @@ impl BarChart {
                 "<text x=\"{indent}\" y=\"{:.1}\"><title>{}</title>{}</text>",
                 y + 12.0,
                 esc(&b.label),
-                esc(&shorten(&b.label, 18))
+                esc(&shorten(&b.label, 24))
             );
             if let Some(v) = b.value {
                 let _ = write!(
@@ -422,16 +422,24 @@ fn short_labels(groups: &[CellGroup<'_>], vary: &[usize]) -> Vec<(String, String
         .iter()
         .map(|g| {
             let d = dimensions(&g.repeats[0].cell);
-            match vary {
+            let (cluster, label) = match vary {
                 [] => (String::new(), g.label.clone()),
                 [one] => (String::new(), d[*one].1.clone()),
                 [first, rest @ ..] => (
                     format!("{} {}", d[*first].0, d[*first].1),
                     rest.iter()
                         .map(|i| d[*i].1.as_str())
+                        // KVM cells have no Xen mode: nothing to show, not an empty slot.
+                        .filter(|v| !v.is_empty())
                         .collect::<Vec<_>>()
                         .join(" / "),
                 ),
+            };
+            // A label left empty (only a blank dimension differs) falls back to the cell's.
+            if label.is_empty() {
+                (cluster, g.label.clone())
+            } else {
+                (cluster, label)
             }
         })
         .collect()
@@ -579,7 +587,7 @@ fn summary_section(view: &View<'_>) -> String {
             row.push(match g.status_word() {
                 Some(w) => TableCell {
                     text: w.into(),
-                    class: Some("failed"),
+                    class: Some(outcome_class(g)),
                     ..Default::default()
                 },
                 None => TableCell {
@@ -894,6 +902,37 @@ fn provenance_section(view: &View<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_name_what_varies() {
+        use crate::cell::{Backend, Hypervisor, XenMode};
+        use crate::results::Outcome;
+        let run: RunRecord = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/run-local-qcow2-raw-x2.json"
+        )))
+        .unwrap();
+        let r = run.cells[0].clone();
+        let mut xen = r.clone();
+        xen.cell.hypervisor = Hypervisor::Xen;
+        xen.cell.xen_mode = Some(XenMode::Pvh);
+        xen.cell_id = xen.cell.id();
+        xen.outcome = Outcome::Unsupported("no dom0".into());
+        let mut nfs = r.clone();
+        nfs.cell.backend = Backend::Nfs;
+        nfs.cell_id = nfs.cell.id();
+        let cells = [r, nfs, xen];
+        let view = View::new(&cells);
+        assert_eq!(
+            view.labels,
+            vec![
+                ("hypervisor qemu".into(), "local".into()),
+                ("hypervisor qemu".into(), "nfs".into()),
+                ("hypervisor xen".into(), "pvh / local".into()),
+            ]
+        );
+        assert!(view.fixed.contains(&("format", "qcow2".into())));
+    }
 
     #[test]
     fn axis_tops_are_round() {
