@@ -76,6 +76,14 @@ fn one_gauge_family_per_metric_with_base_units_and_labels() {
         .unwrap();
     let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((v - p99_us * 1e-6).abs() < 1e-12, "{v} vs {p99_us} µs");
+    // Percent becomes a ratio without float noise: 64.27 -> 0.6427, not 0.6427000000000001.
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("vmbench_guest_sys_cpu_ratio{"))
+    {
+        let v = line.rsplit(' ').next().unwrap();
+        assert!(v.len() <= 12, "short decimal: {line}");
+    }
 }
 
 fn have_promtool() -> bool {

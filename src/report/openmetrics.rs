@@ -10,33 +10,35 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// How a vmbench unit maps to an OpenMetrics base unit: the suffix the key carries for it, the
-/// unit name and the factor from the vmbench unit to it.
+/// unit name, and the multiplier and divisor from the vmbench unit to it.
 struct UnitMap {
     key_suffix: &'static str,
     unit: &'static str,
-    factor: f64,
+    mul: f64,
+    div: f64,
 }
 
 /// vmbench's units and their base units. Prometheus wants seconds, bytes and ratios, not µs,
 /// MiB and percent.
 fn unit_map(unit: &str) -> Option<UnitMap> {
-    let m = |key_suffix, unit, factor| {
+    let m = |key_suffix, unit, mul, div| {
         Some(UnitMap {
             key_suffix,
             unit,
-            factor,
+            mul,
+            div,
         })
     };
     match unit {
-        "IOPS" => m("_iops", "iops", 1.0),
-        "MiB/s" => m("_mib_s", "bytes_per_second", 1_048_576.0),
-        "K/sec" => m("_kps", "bytes_per_second", 1024.0),
-        "/sec" => m("_ps", "per_second", 1.0),
-        "µs" => m("_us", "seconds", 1e-6),
-        "ms" => m("_ms", "seconds", 1e-3),
-        "s" => m("_s", "seconds", 1.0),
-        "%" => m("_pct", "ratio", 0.01),
-        "MiB" => m("_mib", "bytes", 1_048_576.0),
+        "IOPS" => m("_iops", "iops", 1.0, 1.0),
+        "MiB/s" => m("_mib_s", "bytes_per_second", 1_048_576.0, 1.0),
+        "K/sec" => m("_kps", "bytes_per_second", 1024.0, 1.0),
+        "/sec" => m("_ps", "per_second", 1.0, 1.0),
+        "µs" => m("_us", "seconds", 1.0, 1e6),
+        "ms" => m("_ms", "seconds", 1.0, 1e3),
+        "s" => m("_s", "seconds", 1.0, 1.0),
+        "%" => m("_pct", "ratio", 1.0, 100.0),
+        "MiB" => m("_mib", "bytes", 1_048_576.0, 1.0),
         _ => None,
     }
 }
@@ -57,18 +59,22 @@ fn sanitize(s: &str) -> String {
     out.trim_end_matches('_').to_string()
 }
 
-/// Family name, OpenMetrics unit (empty for none) and the factor to apply to values.
-fn family(key: &str, unit: &str) -> (String, String, f64) {
+/// Family name, OpenMetrics unit (empty for none), and multiplier and divisor for values.
+fn family(key: &str, unit: &str) -> (String, String, (f64, f64)) {
     match unit_map(unit) {
         Some(u) => {
             let stem = key.strip_suffix(u.key_suffix).unwrap_or(key);
             (
                 format!("vmbench_{}_{}", sanitize(stem), u.unit),
                 u.unit.to_string(),
-                u.factor,
+                (u.mul, u.div),
             )
         }
-        None if unit.is_empty() => (format!("vmbench_{}", sanitize(key)), String::new(), 1.0),
+        None if unit.is_empty() => (
+            format!("vmbench_{}", sanitize(key)),
+            String::new(),
+            (1.0, 1.0),
+        ),
         None => {
             let u = sanitize(unit);
             let stem = sanitize(key);
@@ -77,7 +83,7 @@ fn family(key: &str, unit: &str) -> (String, String, f64) {
             } else {
                 format!("vmbench_{stem}_{u}")
             };
-            (name, u, 1.0)
+            (name, u, (1.0, 1.0))
         }
     }
 }
@@ -146,14 +152,14 @@ pub fn openmetrics(run: &RunRecord) -> String {
         let label_text = label_text.join(",");
         for m in &r.metrics {
             let Value::Number(v) = m.value else { continue };
-            let (name, unit, factor) = family(&m.key, &m.unit);
-            let v = v * factor;
+            let (name, unit, (mul, div)) = family(&m.key, &m.unit);
+            let v = tidy(v * mul / div);
             if !v.is_finite() {
                 continue;
             }
             let f = families.entry(name.clone()).or_insert_with(|| Family {
                 help: format!(
-                    "{} ({}), {} is better",
+                    "{} (vmbench shows {}), {} is better",
                     m.label,
                     m.unit,
                     better_word(m.better)
@@ -178,6 +184,12 @@ pub fn openmetrics(run: &RunRecord) -> String {
     }
     out.push_str("# EOF\n");
     out
+}
+
+/// Rounds to 12 significant digits, so a scaled value prints as `0.64270022`, not as the
+/// binary noise of the division (`0.6427002199999999`); measurements carry far fewer digits.
+fn tidy(v: f64) -> f64 {
+    format!("{v:.11e}").parse().unwrap_or(v)
 }
 
 fn better_word(b: Better) -> &'static str {
@@ -253,7 +265,7 @@ mod tests {
             (
                 "vmbench_read_lat_p99_seconds".into(),
                 "seconds".into(),
-                1e-6
+                (1.0, 1e6)
             )
         );
         assert_eq!(family("read_iops", "IOPS").0, "vmbench_read_iops");
