@@ -221,7 +221,7 @@ async fn cmd_image(a: cli::ImageArgs) -> Result<i32, CliError> {
         info.initrd_bytes as f64 / 1048576.0
     );
     let rows: Vec<(&str, String)> = [
-        ("kernel", info.kernel.display().to_string()),
+        ("vmlinuz", info.kernel.display().to_string()),
         ("initramfs", initramfs),
     ]
     .into_iter()
