@@ -467,6 +467,11 @@ fn spread_line(agg: &Agg, unit: &str) -> Option<String> {
         return None;
     };
     match (stats.rel_sd_pct(), stats.ci95_half()) {
+        (_, Some(ci)) if unit == "%" => Some(format!(
+            "sd ±{:.2} pt · 95% CI ±{ci:.2} pt · n={}",
+            stats.stddev.unwrap_or(0.0),
+            stats.n
+        )),
         (Some(rel), Some(ci)) => Some(format!(
             "sd ±{rel:.1}% · 95% CI ±{} · n={}",
             with_unit(ci, unit),

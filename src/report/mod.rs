@@ -60,8 +60,8 @@ fn footnotes(groups: &[CellGroup<'_>], any_mixed: bool) -> String {
     let mut out = String::new();
     if groups.iter().any(|g| g.passed().count() > 1) {
         out.push_str(
-            "With repeats: mean ±sample standard deviation as % of the mean (n = passed repeats); \
-             the HTML report adds 95% confidence intervals.\n",
+            "With repeats: mean ±sample standard deviation as % of the mean (in points, pt, for \
+             figures in %) and n = passed repeats; the HTML report adds 95% confidence intervals.\n",
         );
     }
     if any_mixed {

@@ -285,7 +285,8 @@ pub fn with_unit(v: f64, unit: &str) -> String {
 pub const MIXED_MARK: &str = "*";
 
 /// An aggregate as table text: `mean unit`, or with repeats `mean unit ±sd% (n=N)` (the sample
-/// standard deviation relative to the mean), `+++++`, `n/a (why)`, `-`.
+/// standard deviation relative to the mean; for figures in % the standard deviation in
+/// percentage points, `±3.61 pt`), `+++++`, `n/a (why)`, `-`.
 pub fn fmt_agg(agg: &Agg, unit: &str, with_units: bool) -> String {
     match agg {
         Agg::Numbers { stats, too_fast } => {
@@ -293,6 +294,8 @@ pub fn fmt_agg(agg: &Agg, unit: &str, with_units: bool) -> String {
             let u = if with_units { unit } else { "" };
             let mean = with_unit(stats.mean, u);
             match (stats.stddev, stats.rel_sd_pct()) {
+                // A relative spread of a percentage reads as points: say points.
+                (Some(sd), _) if unit == "%" => format!("{mean} ±{sd:.2} pt (n={}){mark}", stats.n),
                 (_, Some(rel)) => format!("{mean} ±{rel:.1}% (n={}){mark}", stats.n),
                 (Some(sd), None) => format!("{mean} ±{} (n={}){mark}", with_unit(sd, u), stats.n),
                 (None, _) => format!("{mean}{mark}"),
@@ -338,6 +341,11 @@ mod tests {
         };
         assert_eq!(fmt_agg(&agg, "IOPS", true), "2,410 IOPS ±2.5% (n=5)");
         assert_eq!(fmt_agg(&agg, "IOPS", false), "2,410 ±2.5% (n=5)");
+        let cpu = Agg::Numbers {
+            stats: stats(&[64.27, 69.42]).unwrap(),
+            too_fast: 0,
+        };
+        assert_eq!(fmt_agg(&cpu, "%", true), "66.84% ±3.64 pt (n=2)");
     }
 
     #[test]
