@@ -42,7 +42,7 @@ h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}\
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;\
 text-align:left;vertical-align:top}th{background:#f3f3f3}td.num{text-align:right;white-space:nowrap}\
 .spread{display:block;color:#666;font-size:.8em}.note{color:#555;font-size:.9em}\
-.grid{display:flex;flex-wrap:wrap;gap:.5em 1.5em}figure{margin:.4em 0}\
+.grid{display:flex;flex-wrap:wrap;gap:.5em 1em}figure{margin:.4em 0}\
 figcaption{font-weight:600;font-size:.9em;margin-bottom:.2em}svg text{font-size:11px;fill:#222}\
 .passed{color:#1a7f37}.failed{color:#b42318;font-weight:600}.unsupported,.skipped{color:#8a6d00}\
 .banner{padding:.5em .8em;background:#fff4e5;border-left:4px solid #f28e2b}\
@@ -157,7 +157,7 @@ pub struct BarChart {
 
 const BAR_LABEL_W: f64 = 150.0;
 const BAR_PLOT_W: f64 = 170.0;
-const BAR_NOTE_W: f64 = 130.0;
+const BAR_NOTE_W: f64 = 110.0;
 const BAR_ROW_H: f64 = 18.0;
 
 impl BarChart {
