@@ -1,6 +1,7 @@
 //! The OpenMetrics export of a real run (tests/fixtures/run-local-qcow2-raw-x2.json: 2 local
 //! cells, qcow2 and raw, 2 repeats each, written by `vmbench matrix`): its structure, and
-//! `promtool check metrics` on it where promtool is installed.
+//! `promtool check metrics` on it where promtool is installed, and `vmbench export --format
+//! openmetrics` through the binary.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -126,4 +127,54 @@ fn promtool_accepts_the_export() {
     // Lint findings (non-base units, bad names) make promtool exit non-zero too, but say it
     // explicitly: nothing printed means nothing to complain about.
     assert!(said.trim().is_empty(), "promtool said: {said}");
+}
+
+/// Runs the vmbench binary.
+fn vmbench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn export_command_writes_openmetrics_and_refuses_unknown_formats() {
+    let rec = run();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("h.sqlite");
+    let store = vmbench::results::store::Store::open(&db).unwrap();
+    store
+        .begin_run(&rec.run_id, &rec.started, &rec.command, "vm")
+        .unwrap();
+    for c in &rec.cells {
+        store.record_cell(&rec.run_id, c).unwrap();
+    }
+    store.finish_run(&rec.run_id, "ok").unwrap();
+    drop(store);
+    let db = db.to_str().unwrap();
+
+    let out = vmbench(&["export", &rec.run_id, "--format", "openmetrics", "--db", db]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("# TYPE vmbench_") && text.ends_with("# EOF\n"));
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("vmbench_read_iops{"))
+            .count(),
+        4
+    );
+
+    // JSON stays the default.
+    let out = vmbench(&["export", &rec.run_id, "--db", db]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"vmbench_export\""));
+
+    let out = vmbench(&["export", &rec.run_id, "--format", "prom", "--db", db]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("json") && err.contains("openmetrics"), "{err}");
 }
