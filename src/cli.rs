@@ -282,12 +282,14 @@ pub struct ReportArgs {
 
 /// `vmbench compare`.
 #[derive(Debug, Args)]
-#[command(after_help = "Method: one value per repeat (per-second samples never decide), Welch's \
+#[command(
+    after_help = "Method: one value per repeat (per-second samples never decide), Welch's \
 t-test on log values, p-values adjusted over all verdict rows (Holm by default);\n\
 a row regresses when its adjusted p < alpha and the change exceeds the noise threshold. \
 Run both sides with --repeat 5 or more.\n\n\
 Exit codes: 0 no regression, 1 significant regression, 3 nothing could be decided (every \
-verdict row inconclusive or not comparable), 2 bad input.")]
+verdict row inconclusive or not comparable), 2 bad input."
+)]
 pub struct CompareArgs {
     /// Baseline: run id, `last`, `last-good`, or a run directory.
     pub baseline: String,

@@ -332,7 +332,11 @@ fn history_runs(db: &cli::DbArgs, except: &[&str]) -> Result<Vec<RunRecord>, Cli
     runs.iter()
         .filter(|r| r.status != "running" && !except.contains(&r.run_id.as_str()))
         .take(MAX_HISTORY)
-        .map(|r| store.load_run(&r.run_id).map_err(|e| CliError::Other(e.into())))
+        .map(|r| {
+            store
+                .load_run(&r.run_id)
+                .map_err(|e| CliError::Other(e.into()))
+        })
         .collect()
 }
 

@@ -100,7 +100,10 @@ fn clear_iops_regression() {
     assert!((r.change_pct + 20.0).abs() < 2.0, "{}", r.change_pct);
     assert_eq!((r.n_baseline, r.n_candidate), (10, 10));
     assert_eq!(r.method, Method::WelchLog);
-    assert!(r.p_adjusted.is_some(), "a verdict row carries its adjusted p");
+    assert!(
+        r.p_adjusted.is_some(),
+        "a verdict row carries its adjusted p"
+    );
     let (lo, hi) = r.change_ci_pct.expect("95% CI of the change");
     assert!(lo < r.change_pct && r.change_pct < hi && hi < 0.0, "{r:#?}");
     assert_eq!(c.exit_code(), 1);
@@ -302,7 +305,10 @@ fn per_second_samples_never_decide() {
     let w = r.baseline.within_run_cv_pct.expect("within-run CV");
     assert!((1.5..4.5).contains(&w), "{w}");
     let t = c.table();
-    assert!(t.contains("inconclusive: n=1 vs 1") && t.contains("exit 3"), "{t}");
+    assert!(
+        t.contains("inconclusive: n=1 vs 1") && t.contains("exit 3"),
+        "{t}"
+    );
     // 3 + 3 clearly separated repeats: Welch's t reaches the level the permutation test could
     // not (its floor is 0.1 there).
     let base = one_metric_run("b", iops, &[2000.0, 2010.0, 1990.0]);
@@ -324,7 +330,10 @@ fn all_not_comparable_exits_3() {
     assert_eq!(c.exit_code(), 3);
     // No common cell at all: also nothing decided.
     let other = run("c", vec![repeat(Backend::Nfs, 0, vec![iops(1.0)])]);
-    assert_eq!(compare(&base, &other, &CompareOptions::default()).exit_code(), 3);
+    assert_eq!(
+        compare(&base, &other, &CompareOptions::default()).exit_code(),
+        3
+    );
 }
 
 #[test]
@@ -344,12 +353,18 @@ fn only_headline_metrics_get_a_verdict_unless_named() {
             .collect();
         run(id, cells)
     };
-    let (base, cand) = (mk("b", 2000.0, 50.0, 70.0, 1), mk("c", 2000.0, 80.0, 50.0, 2));
+    let (base, cand) = (
+        mk("b", 2000.0, 50.0, 70.0, 1),
+        mk("c", 2000.0, 80.0, 50.0, 2),
+    );
     let c = compare(&base, &cand, &CompareOptions::default());
     let by_key = |c: &Comparison, k: &str| c.rows.iter().find(|r| r.key == k).unwrap().clone();
     assert_eq!(by_key(&c, "guest_sys_cpu_pct").verdict, Verdict::Info);
     assert_eq!(by_key(&c, "read_share_pct").verdict, Verdict::Info);
-    assert!(by_key(&c, "guest_sys_cpu_pct").p_value.is_some(), "info still shows its p");
+    assert!(
+        by_key(&c, "guest_sys_cpu_pct").p_value.is_some(),
+        "info still shows its p"
+    );
     assert!(by_key(&c, "guest_sys_cpu_pct").p_adjusted.is_none());
     assert_eq!(c.family_size, 1);
     assert_eq!(c.exit_code(), 0);
@@ -377,7 +392,9 @@ fn correction_is_applied_and_shown() {
     let c = compare(&base, &cand, &o);
     let r = only_row(&c);
     assert_eq!(r.p_adjusted, r.p_value, "a family of one is not adjusted");
-    assert!(c.table().contains("Holm-Bonferroni over 1 verdict row(s), alpha 0.01"));
+    assert!(c
+        .table()
+        .contains("Holm-Bonferroni over 1 verdict row(s), alpha 0.01"));
     let holm = CompareOptions::default();
     let bh = CompareOptions {
         correction: Correction::Bh,
@@ -386,11 +403,20 @@ fn correction_is_applied_and_shown() {
     // Ten cells, same data: Holm multiplies the smallest p by 10, BH (equal p's) keeps it.
     let ten = |id: &str, seed: u64, mean: f64| {
         let mut cells = vec![];
-        for (k, backend) in [Backend::Local, Backend::Nfs, Backend::Iscsi, Backend::Block, Backend::Lvm]
-            .into_iter()
-            .enumerate()
+        for (k, backend) in [
+            Backend::Local,
+            Backend::Nfs,
+            Backend::Iscsi,
+            Backend::Block,
+            Backend::Lvm,
+        ]
+        .into_iter()
+        .enumerate()
         {
-            for (i, v) in noisy(seed + k as u64, 5, mean, 0.08).into_iter().enumerate() {
+            for (i, v) in noisy(seed + k as u64, 5, mean, 0.08)
+                .into_iter()
+                .enumerate()
+            {
                 cells.push(repeat(backend, i as u32, vec![iops(v)]));
             }
         }
@@ -402,7 +428,10 @@ fn correction_is_applied_and_shown() {
     assert_eq!(ch.family_size, 5);
     for (h, b) in ch.rows.iter().zip(&cb.rows) {
         assert_eq!(h.p_value, b.p_value);
-        assert!(h.p_adjusted.unwrap() >= b.p_adjusted.unwrap(), "Holm is the stricter");
+        assert!(
+            h.p_adjusted.unwrap() >= b.p_adjusted.unwrap(),
+            "Holm is the stricter"
+        );
         assert!(h.p_adjusted.unwrap() >= h.p_value.unwrap());
     }
     assert!(cb.table().contains("Benjamini-Hochberg"));
@@ -428,7 +457,11 @@ fn noise_from_history_raises_the_threshold_and_says_why() {
     let c = compare(&base, &cand, &o);
     let r = only_row(&c);
     assert!(r.threshold_pct > 12.0, "{r:#?}");
-    assert!(r.threshold_source.contains("4 earlier runs"), "{}", r.threshold_source);
+    assert!(
+        r.threshold_source.contains("4 earlier runs"),
+        "{}",
+        r.threshold_source
+    );
     assert_eq!(r.verdict, Verdict::NoSignificantChange);
     assert!(c.table().contains("threshold: "), "{}", c.table());
     // Other provenance or fewer than 3 runs: no history threshold.
@@ -480,7 +513,12 @@ const SIM_KEYS: [(&str, Better); 5] = [
 fn sim_run(id: &str, rng: &mut rand::rngs::StdRng, n: usize, shift: &[f64; 5]) -> RunRecord {
     let cells6: Vec<Cell> = [Backend::Local, Backend::Nfs, Backend::Iscsi]
         .into_iter()
-        .flat_map(|b| [Format::Qcow2, Format::Raw].map(|f| Cell { format: f, ..cell(b) }))
+        .flat_map(|b| {
+            [Format::Qcow2, Format::Raw].map(|f| Cell {
+                format: f,
+                ..cell(b)
+            })
+        })
         .collect();
     let mut cells = vec![];
     for i in 0..n {

@@ -130,7 +130,8 @@ impl CompareOptions {
 
     fn is_verdict_metric(&self, key: &str) -> bool {
         !MIX_CHECKS.contains(&key)
-            && (HEADLINE_METRICS.contains(&key) || self.extra_verdict_metrics.iter().any(|k| k == key))
+            && (HEADLINE_METRICS.contains(&key)
+                || self.extra_verdict_metrics.iter().any(|k| k == key))
     }
 }
 
@@ -435,7 +436,10 @@ fn decide_family(rows: &mut [MetricComparison], opts: &CompareOptions) -> usize 
         .filter(|(_, r)| r.verdict == Verdict::NoSignificantChange && r.p_value.is_some())
         .map(|(i, _)| i)
         .collect();
-    let raw: Vec<f64> = family.iter().map(|&i| rows[i].p_value.unwrap_or(1.0)).collect();
+    let raw: Vec<f64> = family
+        .iter()
+        .map(|&i| rows[i].p_value.unwrap_or(1.0))
+        .collect();
     let adjusted = opts.correction.adjust(&raw);
     for (&i, p) in family.iter().zip(adjusted) {
         rows[i].p_adjusted = Some(p);
@@ -600,7 +604,11 @@ fn test_values(b: &[f64], c: &[f64]) -> (Method, Option<stats::Welch>, Option<(f
             let (lo, hi) = w.ci(0.95);
             ((lo.exp() - 1.0) * 100.0, (hi.exp() - 1.0) * 100.0)
         });
-        (Method::WelchLog, w, ci.filter(|(lo, hi)| lo.is_finite() && hi.is_finite()))
+        (
+            Method::WelchLog,
+            w,
+            ci.filter(|(lo, hi)| lo.is_finite() && hi.is_finite()),
+        )
     } else {
         let w = stats::welch(b, c);
         let mb = stats::mean(b).unwrap_or(f64::NAN);
@@ -628,7 +636,10 @@ fn compare_metric(
     let (bv, cv) = (values(base, key), values(cand, key));
     let mut note = exclusion_note(&bv, &cv);
     if MIX_CHECKS.contains(&key) && opts.extra_verdict_metrics.iter().any(|k| k == key) {
-        note = Some(join_note(note, "a mix check, not a figure of merit: never a verdict"));
+        note = Some(join_note(
+            note,
+            "a mix check, not a figure of merit: never a verdict",
+        ));
     }
     let (bs, cs) = (bv.side_stats(), cv.side_stats());
     let change_pct = (cs.mean - bs.mean) / bs.mean.abs() * 100.0;
@@ -654,7 +665,11 @@ fn compare_metric(
         change_ci_pct,
         p_value: welch.map(|w| w.p),
         p_adjusted: None,
-        method: if welch.is_some() { method } else { Method::None },
+        method: if welch.is_some() {
+            method
+        } else {
+            Method::None
+        },
         n_baseline: bs.n,
         n_candidate: cs.n,
         threshold_pct,

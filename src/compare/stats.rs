@@ -82,8 +82,8 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
         let df = (a.len() + b.len() - 2) as f64;
         return Some(Welch { diff, se, df, p });
     }
-    let df = (va + vb).powi(2)
-        / (va.powi(2) / (a.len() - 1) as f64 + vb.powi(2) / (b.len() - 1) as f64);
+    let df =
+        (va + vb).powi(2) / (va.powi(2) / (a.len() - 1) as f64 + vb.powi(2) / (b.len() - 1) as f64);
     let p = student_t_two_sided_p(diff / se, df);
     Some(Welch { diff, se, df, p })
 }
@@ -371,7 +371,8 @@ mod tests {
         // C(7, 3) = 35: the one most extreme split, its mirror is not a split of 3 vs 4.
         assert!((min_p_value(3, 4) - 1.0 / 35.0).abs() < 1e-12);
         assert!(min_p_value(3, 4) < 0.05);
-        let p = permutation_p_value(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0, 13.0], 10_000, 1).unwrap();
+        let p =
+            permutation_p_value(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0, 13.0], 10_000, 1).unwrap();
         assert!((p - 1.0 / 35.0).abs() < 1e-12, "{p}");
         assert!(p < 0.05);
     }
@@ -407,7 +408,10 @@ mod tests {
         assert!((w.p - 0.021_311_641_128_756).abs() < 1e-6, "{w:?}");
         let (lo, hi) = w.ci(0.95);
         // t(0.975, 4) = 2.7764451051977987
-        assert!((lo - (3.0 - 2.776_445_105_197_799 * w.se)).abs() < 1e-6, "{lo}");
+        assert!(
+            (lo - (3.0 - 2.776_445_105_197_799 * w.se)).abs() < 1e-6,
+            "{lo}"
+        );
         assert!(hi > 3.0 && lo > 0.0);
         assert!(welch(&[1.0], &[1.0, 2.0]).is_none());
     }

@@ -50,7 +50,11 @@ pub(super) fn render(c: &Comparison) -> String {
             r.note.as_deref().unwrap_or("")
         ));
     }
-    for r in c.rows.iter().filter(|r| r.threshold_source.starts_with("history")) {
+    for r in c
+        .rows
+        .iter()
+        .filter(|r| r.threshold_source.starts_with("history"))
+    {
         out.push_str(&format!(
             "threshold: {} {}: {:.1}% from {}\n",
             r.label, r.key, r.threshold_pct, r.threshold_source
@@ -124,10 +128,7 @@ fn line(cells: &[String], widths: &[usize]) -> String {
 
 /// "2,000 IOPS ±1.2% n=5".
 fn side(s: &SideStats, unit: &str) -> String {
-    let cv = s
-        .cv_pct
-        .map(|cv| format!(" ±{cv:.1}%"))
-        .unwrap_or_default();
+    let cv = s.cv_pct.map(|cv| format!(" ±{cv:.1}%")).unwrap_or_default();
     format!("{} {unit}{cv} n={}", fmt_num(s.mean), s.n)
 }
 
