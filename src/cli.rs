@@ -295,7 +295,7 @@ pub struct CompareArgs {
     pub baseline: String,
     /// Candidate: run id, `last`, or a run directory.
     pub candidate: String,
-    /// Changes smaller than this (in %) are noise. [default: 5]
+    /// Changes smaller than this (in %) are noise.
     #[arg(long, default_value_t = 5.0)]
     pub threshold: f64,
     /// Per-metric threshold KEY=PCT (repeatable), e.g. write_lat_p99_us=10.
