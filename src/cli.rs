@@ -321,6 +321,10 @@ pub struct CompareArgs {
     /// Also write JUnit XML here (one testcase per cell and metric).
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Also write every row as JSON here (both sides' n, spread, within-run CV; raw and
+    /// adjusted p; threshold and its source).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,

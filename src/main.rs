@@ -321,6 +321,10 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
     if let Some(p) = &a.junit {
         write_out(&Some(p.clone()), &cmp.junit_xml())?;
     }
+    if let Some(p) = &a.json {
+        let json = serde_json::to_string_pretty(&cmp).map_err(|e| CliError::Other(e.into()))?;
+        write_out(&Some(p.clone()), &json)?;
+    }
     Ok(cmp.exit_code())
 }
 

@@ -145,6 +145,12 @@ fn huge_variance_is_reported_as_such() {
     assert!(r.change_pct.abs() >= 5.0);
     assert_eq!(r.verdict, Verdict::VarianceTooLarge, "{r:#?}");
     assert!(!c.has_regression());
+    assert_eq!(c.exit_code(), 3, "variance too large decides nothing");
+    let note = r.note.as_deref().unwrap_or("");
+    assert!(
+        note.contains("n=6 vs 6 repeats") && note.contains("per side"),
+        "{note}"
+    );
 }
 
 #[test]

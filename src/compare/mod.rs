@@ -444,6 +444,17 @@ fn decide_family(rows: &mut [MetricComparison], opts: &CompareOptions) -> usize 
     for (&i, p) in family.iter().zip(adjusted) {
         rows[i].p_adjusted = Some(p);
         rows[i].verdict = decide(&rows[i], p, opts.alpha, family.len());
+        if rows[i].verdict == Verdict::VarianceTooLarge {
+            let level = opts.alpha / family.len().max(1) as f64;
+            let need = repeats_needed(&rows[i], level)
+                .map_or_else(|| "more than 50".to_string(), |k| format!(">= {k}"));
+            let more = format!(
+                "n={} vs {} repeats at this spread cannot show a {:.1}% change at the adjusted \
+                 level, need {need} per side",
+                rows[i].n_baseline, rows[i].n_candidate, rows[i].threshold_pct
+            );
+            rows[i].note = Some(join_note(rows[i].note.take(), &more));
+        }
     }
     family.len()
 }
@@ -752,14 +763,36 @@ fn decide(r: &MetricComparison, p_adjusted: f64, alpha: f64, family: usize) -> V
 /// Whether a change of the threshold's size, at the row's spread and n, would pass the
 /// strictest per-row level of the family (Bonferroni's alpha / m, Holm's first step).
 fn could_see_threshold(r: &MetricComparison, level: f64) -> bool {
+    visible_at(r, r.n_baseline, r.n_candidate, level)
+}
+
+/// [`could_see_threshold`] with `nb` and `nc` repeats at the row's observed CVs.
+fn visible_at(r: &MetricComparison, nb: usize, nc: usize, level: f64) -> bool {
     let (Some(cb), Some(cc)) = (r.baseline.cv_pct, r.candidate.cv_pct) else {
         return false;
     };
     // On the log scale a CV of c% is about a standard deviation of c/100.
-    let se = ((cb / 100.0).powi(2) / r.n_baseline as f64
-        + (cc / 100.0).powi(2) / r.n_candidate as f64)
-        .sqrt();
-    let df = (r.n_baseline + r.n_candidate - 2) as f64;
+    let se = ((cb / 100.0).powi(2) / nb as f64 + (cc / 100.0).powi(2) / nc as f64).sqrt();
+    let df = (nb + nc - 2) as f64;
     let t_crit = stats::student_t_quantile(1.0 - level / 2.0, df);
     t_crit * se < (1.0 + r.threshold_pct / 100.0).ln()
+}
+
+/// The fewest repeats per side (up to 50) at which a threshold-sized change would show.
+fn repeats_needed(r: &MetricComparison, level: f64) -> Option<usize> {
+    const MAX: usize = 50;
+    if !visible_at(r, MAX, MAX, level) {
+        return None;
+    }
+    // Visibility only grows with n: bisect for the first n that shows the change.
+    let (mut lo, mut hi) = (MIN_REPEATS, MAX);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if visible_at(r, mid, mid, level) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some(lo)
 }
