@@ -315,6 +315,12 @@ fn per_second_samples_never_decide() {
         t.contains("inconclusive: n=1 vs 1") && t.contains("exit 3"),
         "{t}"
     );
+    let j = parse_junit(&c.junit_xml());
+    assert_eq!(
+        (j.failures, j.skipped),
+        (0, 1),
+        "an undecided row is skipped, not passed"
+    );
     // 3 + 3 clearly separated repeats: Welch's t reaches the level the permutation test could
     // not (its floor is 0.1 there).
     let base = one_metric_run("b", iops, &[2000.0, 2010.0, 1990.0]);
