@@ -34,7 +34,8 @@ pub enum Command {
     Runs(DbArgs),
     /// Report a run: terminal tables, Markdown, CSV or a self-contained HTML file.
     Report(ReportArgs),
-    /// Compare two runs: per cell and metric, change, significance and a verdict.
+    /// Compare two runs: per cell and metric, change, adjusted significance and a verdict
+    /// (exit 0 no regression, 1 regression, 3 nothing decided, 2 bad input).
     Compare(CompareArgs),
     /// Rank the measured cells of a run by an objective.
     Recommend(RecommendArgs),
@@ -281,26 +282,49 @@ pub struct ReportArgs {
 
 /// `vmbench compare`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Method: one value per repeat (per-second samples never decide), Welch's \
+t-test on log values, p-values adjusted over all verdict rows (Holm by default);\n\
+a row regresses when its adjusted p < alpha and the change exceeds the noise threshold. \
+Run both sides with --repeat 5 or more.\n\n\
+Exit codes: 0 no regression, 1 significant regression, 3 nothing could be decided (every \
+verdict row inconclusive or not comparable), 2 bad input."
+)]
 pub struct CompareArgs {
     /// Baseline: run id, `last`, `last-good`, or a run directory.
     pub baseline: String,
     /// Candidate: run id, `last`, or a run directory.
     pub candidate: String,
-    /// Changes smaller than this (in %) are noise. [default: 5]
+    /// Changes smaller than this (in %) are noise.
     #[arg(long, default_value_t = 5.0)]
     pub threshold: f64,
     /// Per-metric threshold KEY=PCT (repeatable), e.g. write_lat_p99_us=10.
     #[arg(long)]
     pub metric_threshold: Vec<String>,
-    /// Significance level of the permutation test.
-    #[arg(long, default_value_t = 0.05)]
+    /// Give this metric key a verdict too (repeatable); by default only the headline metrics
+    /// (IOPS, bandwidth, mean and p99 latency, bonnie++ block and seek figures) have one.
+    #[arg(long = "metric", value_name = "KEY")]
+    pub metric: Vec<String>,
+    /// Family-wise significance level, after the correction.
+    #[arg(long, default_value_t = 0.01)]
     pub alpha: f64,
+    /// Multiple-comparison correction over the verdict rows: holm, bh (Benjamini-Hochberg), none.
+    #[arg(long, default_value = "holm")]
+    pub correction: String,
+    /// Raise each cell x metric's threshold to 2x the run-to-run CV of earlier stored runs with
+    /// the same cell and provenance (needs >= 3 such runs).
+    #[arg(long)]
+    pub noise_from_history: bool,
     /// Compare even when provenance (fio, image, QEMU, host) differs.
     #[arg(long)]
     pub force: bool,
     /// Also write JUnit XML here (one testcase per cell and metric).
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Also write every row as JSON here (both sides' n, spread, within-run CV; raw and
+    /// adjusted p; threshold and its source).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,

@@ -294,11 +294,20 @@ fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
 }
 
 fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
+    let correction: compare::Correction = a.correction.parse().map_err(CliError::Usage)?;
+    if !(a.alpha > 0.0 && a.alpha < 1.0) {
+        return Err(CliError::Usage(format!(
+            "--alpha {} is not between 0 and 1 (exclusive)",
+            a.alpha
+        )));
+    }
     let base = load_run(&a.baseline, &a.db)?;
     let cand = load_run(&a.candidate, &a.db)?;
     let mut opts = compare::CompareOptions {
         noise_threshold_pct: a.threshold,
         alpha: a.alpha,
+        correction,
+        extra_verdict_metrics: a.metric.clone(),
         force: a.force,
         ..Default::default()
     };
@@ -311,12 +320,36 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
             })?;
         opts.per_metric_threshold.insert(k, v);
     }
+    if a.noise_from_history {
+        let history = history_runs(&a.db, &[&base.run_id, &cand.run_id])?;
+        opts.history_noise = compare::history_noise(&base, &history);
+    }
     let cmp = compare::compare(&base, &cand, &opts);
     println!("{}", cmp.table());
     if let Some(p) = &a.junit {
         write_out(&Some(p.clone()), &cmp.junit_xml())?;
     }
-    Ok(if cmp.has_regression() { 1 } else { 0 })
+    if let Some(p) = &a.json {
+        let json = serde_json::to_string_pretty(&cmp).map_err(|e| CliError::Other(e.into()))?;
+        write_out(&Some(p.clone()), &json)?;
+    }
+    Ok(cmp.exit_code())
+}
+
+/// The newest finished runs of the store, other than `except`, for `--noise-from-history`.
+fn history_runs(db: &cli::DbArgs, except: &[&str]) -> Result<Vec<RunRecord>, CliError> {
+    const MAX_HISTORY: usize = 20;
+    let store = Store::open(&db_path(db)).map_err(|e| CliError::Other(e.into()))?;
+    let runs = store.runs().map_err(|e| CliError::Other(e.into()))?;
+    runs.iter()
+        .filter(|r| r.status != "running" && !except.contains(&r.run_id.as_str()))
+        .take(MAX_HISTORY)
+        .map(|r| {
+            store
+                .load_run(&r.run_id)
+                .map_err(|e| CliError::Other(e.into()))
+        })
+        .collect()
 }
 
 fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {

@@ -5,6 +5,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use vmbench::cell::*;
 use vmbench::compare::*;
+use vmbench::results::store::Store;
 use vmbench::results::*;
 
 fn cell(backend: Backend) -> Cell {
@@ -98,7 +99,14 @@ fn clear_iops_regression() {
     assert!(r.p_value.unwrap() < 0.05, "{r:#?}");
     assert!((r.change_pct + 20.0).abs() < 2.0, "{}", r.change_pct);
     assert_eq!((r.n_baseline, r.n_candidate), (10, 10));
-    assert_eq!(r.source, SampleSource::Repeats);
+    assert_eq!(r.method, Method::WelchLog);
+    assert!(
+        r.p_adjusted.is_some(),
+        "a verdict row carries its adjusted p"
+    );
+    let (lo, hi) = r.change_ci_pct.expect("95% CI of the change");
+    assert!(lo < r.change_pct && r.change_pct < hi && hi < 0.0, "{r:#?}");
+    assert_eq!(c.exit_code(), 1);
     assert!(c.has_regression());
     let t = c.table();
     assert!(
@@ -114,6 +122,7 @@ fn pure_noise_is_no_change() {
     let c = compare(&base, &cand, &CompareOptions::default());
     assert_eq!(only_row(&c).verdict, Verdict::NoSignificantChange, "{c:#?}");
     assert!(!c.has_regression());
+    assert_eq!(c.exit_code(), 0);
 }
 
 #[test]
@@ -136,6 +145,12 @@ fn huge_variance_is_reported_as_such() {
     assert!(r.change_pct.abs() >= 5.0);
     assert_eq!(r.verdict, Verdict::VarianceTooLarge, "{r:#?}");
     assert!(!c.has_regression());
+    assert_eq!(c.exit_code(), 3, "variance too large decides nothing");
+    let note = r.note.as_deref().unwrap_or("");
+    assert!(
+        note.contains("n=6 vs 6 repeats") && note.contains("per side"),
+        "{note}"
+    );
 }
 
 #[test]
@@ -214,30 +229,14 @@ fn provenance_mismatch_is_not_comparable_unless_forced() {
 }
 
 #[test]
-fn same_seed_same_answer() {
-    // 12 + 12 values: too many splits to enumerate, so the random permutations are used.
+fn same_input_same_answer() {
     let base = one_metric_run("b", iops, &noisy(7, 12, 2000.0, 0.05));
     let cand = one_metric_run("c", iops, &noisy(8, 12, 1900.0, 0.05));
     let o = CompareOptions {
         noise_threshold_pct: 1.0,
         ..CompareOptions::default()
     };
-    let a = compare(&base, &cand, &o);
-    assert_eq!(a, compare(&base, &cand, &o));
-    let other = compare(
-        &base,
-        &cand,
-        &CompareOptions {
-            seed: 99,
-            ..o.clone()
-        },
-    );
-    let (pa, po) = (a.rows[0].p_value.unwrap(), other.rows[0].p_value.unwrap());
-    assert!(
-        pa != po,
-        "another seed should move the estimate a little ({pa})"
-    );
-    assert!((pa - po).abs() < 0.02, "{pa} vs {po}");
+    assert_eq!(compare(&base, &cand, &o), compare(&base, &cand, &o));
 }
 
 #[test]
@@ -282,7 +281,9 @@ fn too_fast_and_na_are_excluded_and_said_so() {
 }
 
 #[test]
-fn few_repeats_use_per_second_samples() {
+fn per_second_samples_never_decide() {
+    // One repeat a side with 60 per-second samples 25 % apart: the samples share one boot, so
+    // they say nothing about run-to-run variance. Inconclusive, exit 3, never a regression.
     let mk = |id: &str, mean: f64, seed: u64| {
         let mut r = one_metric_run(id, iops, &[mean]);
         r.cells[0]
@@ -296,16 +297,312 @@ fn few_repeats_use_per_second_samples() {
         &CompareOptions::default(),
     );
     let r = only_row(&c);
-    assert_eq!(r.source, SampleSource::PerSecond);
-    assert_eq!((r.n_baseline, r.n_candidate), (60, 60));
-    assert_eq!(r.verdict, Verdict::Regression, "{r:#?}");
-    // Without samples, 3 + 3 repeats cannot reach p < 0.05: said plainly, not "no change".
-    let base = one_metric_run("b", iops, &[2000.0, 2010.0, 1990.0]);
-    let cand = one_metric_run("c", iops, &[1500.0, 1510.0, 1490.0]);
-    match &only_row(&compare(&base, &cand, &CompareOptions::default())).verdict {
-        Verdict::NotComparable(why) => assert!(why.contains("more repeats"), "{why}"),
+    assert_eq!((r.n_baseline, r.n_candidate), (1, 1));
+    match &r.verdict {
+        Verdict::Inconclusive(why) => assert!(
+            why.contains("n=1 vs 1 repeats cannot reach the adjusted level, need >= 2 per side"),
+            "{why}"
+        ),
         v => panic!("{v:?}"),
     }
+    assert!(!c.has_regression());
+    assert_eq!(c.exit_code(), 3);
+    // The samples stay as a diagnostic: within-run CV (uniform +-5 % is about 2.9 %).
+    let w = r.baseline.within_run_cv_pct.expect("within-run CV");
+    assert!((1.5..4.5).contains(&w), "{w}");
+    let t = c.table();
+    assert!(
+        t.contains("inconclusive: n=1 vs 1") && t.contains("exit 3"),
+        "{t}"
+    );
+    let j = parse_junit(&c.junit_xml());
+    assert_eq!(
+        (j.failures, j.skipped),
+        (0, 1),
+        "an undecided row is skipped, not passed"
+    );
+    // 3 + 3 clearly separated repeats: Welch's t reaches the level the permutation test could
+    // not (its floor is 0.1 there).
+    let base = one_metric_run("b", iops, &[2000.0, 2010.0, 1990.0]);
+    let cand = one_metric_run("c", iops, &[1500.0, 1510.0, 1490.0]);
+    let c = compare(&base, &cand, &CompareOptions::default());
+    assert_eq!(only_row(&c).verdict, Verdict::Regression, "{c:#?}");
+}
+
+#[test]
+fn all_not_comparable_exits_3() {
+    // A new fio build on the candidate side: nothing compared, so a nightly gate must not pass.
+    let base = one_metric_run("b", iops, &noisy(1, 5, 2000.0, 0.01));
+    let mut cand = one_metric_run("c", iops, &noisy(2, 5, 2000.0, 0.01));
+    for c in &mut cand.cells {
+        c.provenance.fio = "fio-3.36".into();
+    }
+    let c = compare(&base, &cand, &CompareOptions::default());
+    assert!(matches!(c.rows[0].verdict, Verdict::NotComparable(_)));
+    assert_eq!(c.exit_code(), 3);
+    // No common cell at all: also nothing decided.
+    let other = run("c", vec![repeat(Backend::Nfs, 0, vec![iops(1.0)])]);
+    assert_eq!(
+        compare(&base, &other, &CompareOptions::default()).exit_code(),
+        3
+    );
+}
+
+#[test]
+fn only_headline_metrics_get_a_verdict_unless_named() {
+    let cpu = |v: f64| Metric::num("guest_sys_cpu_pct", "CPU (sys)", "%", Better::Lower, v);
+    let share = |v: f64| Metric::num("read_share_pct", "Read Share", "%", Better::Higher, v);
+    let mk = |id: &str, io: f64, c: f64, sh: f64, seed: u64| {
+        let cells = (0..6)
+            .zip(noisy(seed, 6, 1.0, 0.01))
+            .map(|(i, f)| {
+                repeat(
+                    Backend::Local,
+                    i,
+                    vec![iops(io * f), cpu(c * f), share(sh * f)],
+                )
+            })
+            .collect();
+        run(id, cells)
+    };
+    let (base, cand) = (
+        mk("b", 2000.0, 50.0, 70.0, 1),
+        mk("c", 2000.0, 80.0, 50.0, 2),
+    );
+    let c = compare(&base, &cand, &CompareOptions::default());
+    let by_key = |c: &Comparison, k: &str| c.rows.iter().find(|r| r.key == k).unwrap().clone();
+    assert_eq!(by_key(&c, "guest_sys_cpu_pct").verdict, Verdict::Info);
+    assert_eq!(by_key(&c, "read_share_pct").verdict, Verdict::Info);
+    assert!(
+        by_key(&c, "guest_sys_cpu_pct").p_value.is_some(),
+        "info still shows its p"
+    );
+    assert!(by_key(&c, "guest_sys_cpu_pct").p_adjusted.is_none());
+    assert_eq!(c.family_size, 1);
+    assert_eq!(c.exit_code(), 0);
+    // Named with --metric: a verdict; the mix check never gets one.
+    let o = CompareOptions {
+        extra_verdict_metrics: vec!["guest_sys_cpu_pct".into(), "read_share_pct".into()],
+        ..CompareOptions::default()
+    };
+    let c = compare(&base, &cand, &o);
+    assert_eq!(by_key(&c, "guest_sys_cpu_pct").verdict, Verdict::Regression);
+    assert_eq!(by_key(&c, "read_share_pct").verdict, Verdict::Info);
+    assert!(by_key(&c, "read_share_pct")
+        .note
+        .unwrap()
+        .contains("mix check"));
+    assert_eq!(c.family_size, 2);
+}
+
+#[test]
+fn correction_is_applied_and_shown() {
+    // Two metrics, one borderline: raw p under alpha, Holm-adjusted (x2) over it.
+    let base = one_metric_run("b", iops, &noisy(11, 5, 2000.0, 0.08));
+    let cand = one_metric_run("c", iops, &noisy(12, 5, 1700.0, 0.08));
+    let o = CompareOptions::default();
+    let c = compare(&base, &cand, &o);
+    let r = only_row(&c);
+    assert_eq!(r.p_adjusted, r.p_value, "a family of one is not adjusted");
+    assert!(c
+        .table()
+        .contains("Holm-Bonferroni over 1 verdict row(s), alpha 0.01"));
+    let holm = CompareOptions::default();
+    let bh = CompareOptions {
+        correction: Correction::Bh,
+        ..CompareOptions::default()
+    };
+    // Ten cells, same data: Holm multiplies the smallest p by 10, BH (equal p's) keeps it.
+    let ten = |id: &str, seed: u64, mean: f64| {
+        let mut cells = vec![];
+        for (k, backend) in [
+            Backend::Local,
+            Backend::Nfs,
+            Backend::Iscsi,
+            Backend::Block,
+            Backend::Lvm,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for (i, v) in noisy(seed + k as u64, 5, mean, 0.08)
+                .into_iter()
+                .enumerate()
+            {
+                cells.push(repeat(backend, i as u32, vec![iops(v)]));
+            }
+        }
+        run(id, cells)
+    };
+    let (b5, c5) = (ten("b", 20, 2000.0), ten("c", 40, 1600.0));
+    let ch = compare(&b5, &c5, &holm);
+    let cb = compare(&b5, &c5, &bh);
+    assert_eq!(ch.family_size, 5);
+    for (h, b) in ch.rows.iter().zip(&cb.rows) {
+        assert_eq!(h.p_value, b.p_value);
+        assert!(
+            h.p_adjusted.unwrap() >= b.p_adjusted.unwrap(),
+            "Holm is the stricter"
+        );
+        assert!(h.p_adjusted.unwrap() >= h.p_value.unwrap());
+    }
+    assert!(cb.table().contains("Benjamini-Hochberg"));
+}
+
+#[test]
+fn noise_from_history_raises_the_threshold_and_says_why() {
+    // Earlier runs whose means spread about 10 %: a -12 % change is within 2x that.
+    let hist: Vec<RunRecord> = [2000.0, 2300.0, 1850.0, 2150.0]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| one_metric_run(&format!("h{i}"), iops, &noisy(50 + i as u64, 5, *m, 0.01)))
+        .collect();
+    let base = one_metric_run("b", iops, &noisy(1, 5, 2000.0, 0.01));
+    let cand = one_metric_run("c", iops, &noisy(2, 5, 1760.0, 0.01));
+    let plain = compare(&base, &cand, &CompareOptions::default());
+    assert_eq!(only_row(&plain).verdict, Verdict::Regression);
+    assert_eq!(only_row(&plain).threshold_source, "default");
+    let o = CompareOptions {
+        history_noise: history_noise(&base, &hist),
+        ..CompareOptions::default()
+    };
+    let c = compare(&base, &cand, &o);
+    let r = only_row(&c);
+    assert!(r.threshold_pct > 12.0, "{r:#?}");
+    assert!(
+        r.threshold_source.contains("4 earlier runs"),
+        "{}",
+        r.threshold_source
+    );
+    assert_eq!(r.verdict, Verdict::NoSignificantChange);
+    assert!(c.table().contains("threshold: "), "{}", c.table());
+    // Other provenance or fewer than 3 runs: no history threshold.
+    let mut other = hist.clone();
+    other
+        .iter_mut()
+        .flat_map(|r| &mut r.cells)
+        .for_each(|c| c.provenance.qemu = "8.0".into());
+    assert!(history_noise(&base, &other).is_empty());
+    assert!(history_noise(&base, &hist[..2]).is_empty());
+}
+
+#[test]
+fn export_v1_fixture_still_imports_and_compares() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/export-v1-default-matrix.json"
+    ))
+    .unwrap();
+    assert!(text.contains("\"vmbench_export\": 1"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("db.sqlite")).unwrap();
+    let id = store.import_json(&text).unwrap();
+    let run = store.load_run(&id).unwrap();
+    assert!(!run.cells.is_empty());
+    let c = compare(&run, &run, &CompareOptions::default());
+    assert!(c.rows.iter().any(|r| r.key == "read_iops"), "{}", c.table());
+    assert!(!c.has_regression());
+}
+
+/// A standard normal from two uniforms (Box-Muller).
+fn normal(rng: &mut rand::rngs::StdRng) -> f64 {
+    let u1: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
+    let u2: f64 = rng.gen_range(0.0..1.0);
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+const SIM_KEYS: [(&str, Better); 5] = [
+    ("read_iops", Better::Higher),
+    ("write_iops", Better::Higher),
+    ("read_bw_mib_s", Better::Higher),
+    ("read_lat_mean_us", Better::Lower),
+    ("read_lat_p99_us", Better::Lower),
+];
+
+/// One run of 6 cells x 5 headline metrics x `n` repeats. Each repeat (a boot) has a shift
+/// shared by all its metrics (sd 0.06 on ln) plus per-metric noise (sd 0.053): 8 % CV in all.
+/// `shift[k]` multiplies metric k of the first cell.
+fn sim_run(id: &str, rng: &mut rand::rngs::StdRng, n: usize, shift: &[f64; 5]) -> RunRecord {
+    let cells6: Vec<Cell> = [Backend::Local, Backend::Nfs, Backend::Iscsi]
+        .into_iter()
+        .flat_map(|b| {
+            [Format::Qcow2, Format::Raw].map(|f| Cell {
+                format: f,
+                ..cell(b)
+            })
+        })
+        .collect();
+    let mut cells = vec![];
+    for i in 0..n {
+        for (ci, c) in cells6.iter().enumerate() {
+            let boot = 0.06 * normal(rng);
+            let metrics = SIM_KEYS
+                .iter()
+                .enumerate()
+                .map(|(k, (key, better))| {
+                    let s = if ci == 0 { shift[k] } else { 1.0 };
+                    let v = 1000.0 * s * (boot + 0.053 * normal(rng)).exp();
+                    Metric::num(key, key, "x", *better, v)
+                })
+                .collect();
+            let mut r = repeat(Backend::Local, i as u32, metrics);
+            r.cell_id = c.id();
+            r.cell = c.clone();
+            cells.push(r);
+        }
+    }
+    run(id, cells)
+}
+
+#[test]
+fn simulated_a_a_family_wise_false_regressions_stay_under_alpha() {
+    // 1,000 A/A comparisons of 30 verdict rows (6 cells x 5 headline metrics), 5 repeats a side.
+    // Holm bounds the chance of any false regression per comparison by alpha = 0.01. Tolerance:
+    // alpha + 3 binomial standard errors = 0.01 + 3 * sqrt(0.01 * 0.99 / 1000) = 0.0194.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let o = CompareOptions::default();
+    let trials = 1000;
+    let mut false_alarms = 0;
+    for t in 0..trials {
+        let b = sim_run(&format!("b{t}"), &mut rng, 5, &[1.0; 5]);
+        let c = sim_run(&format!("c{t}"), &mut rng, 5, &[1.0; 5]);
+        let cmp = compare(&b, &c, &o);
+        assert_eq!(cmp.family_size, 30);
+        if cmp.has_regression() {
+            false_alarms += 1;
+        }
+    }
+    let rate = false_alarms as f64 / trials as f64;
+    let tolerance = o.alpha + 3.0 * (o.alpha * (1.0 - o.alpha) / trials as f64).sqrt();
+    eprintln!("simulated family-wise false-regression rate: {rate} ({false_alarms}/{trials}), tolerance {tolerance:.4}");
+    assert!(rate <= tolerance, "{rate} > {tolerance}");
+}
+
+#[test]
+fn simulated_30_percent_shift_is_found() {
+    // Power of the same 30-row family against a 30 % drop of one metric (8 % CV). With 5 repeats
+    // Welch has about 8 degrees of freedom and must pass 0.01/30: about half the drops are found
+    // (the price of family-wise control at small n); with 8 repeats nearly all are.
+    let power = |n: usize, seed: u64| {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let trials = 100;
+        let mut found = 0;
+        for t in 0..trials {
+            let b = sim_run(&format!("b{t}"), &mut rng, n, &[1.0; 5]);
+            let c = sim_run(&format!("c{t}"), &mut rng, n, &[0.7, 1.0, 1.0, 1.0, 1.0]);
+            let cmp = compare(&b, &c, &CompareOptions::default());
+            found += usize::from(
+                cmp.rows
+                    .iter()
+                    .any(|r| r.key == "read_iops" && r.verdict == Verdict::Regression),
+            );
+        }
+        found as f64 / trials as f64
+    };
+    let (p5, p8) = (power(5, 0xb0b), power(8, 0xb0b));
+    eprintln!("power against a 30 % drop: {p5} at 5 repeats, {p8} at 8 repeats");
+    assert!(p5 >= 0.35, "5 repeats: {p5}");
+    assert!(p8 >= 0.95, "8 repeats: {p8}");
 }
 
 #[test]

@@ -26,7 +26,12 @@ fn write_doc(w: &mut W, c: &Comparison) -> std::io::Result<()> {
     let skipped = c
         .rows
         .iter()
-        .filter(|r| matches!(r.verdict, Verdict::NotComparable(_)))
+        .filter(|r| {
+            matches!(
+                r.verdict,
+                Verdict::NotComparable(_) | Verdict::Inconclusive(_) | Verdict::VarianceTooLarge
+            )
+        })
         .count()
         + c.missing_cells.len()
         + c.unpassed_cells.len();
@@ -69,18 +74,20 @@ fn write_doc(w: &mut W, c: &Comparison) -> std::io::Result<()> {
 
 /// The numbers of a row, in one sentence.
 pub(crate) fn summary(r: &MetricComparison) -> String {
-    let p = r
-        .p_value
-        .map(|p| format!("p={p:.4}"))
-        .unwrap_or_else(|| "no test".into());
+    let p = match (r.p_value, r.p_adjusted) {
+        (Some(p), Some(a)) => format!("{} p={p:.4}, adjusted p={a:.4}", r.method),
+        (Some(p), None) => format!("{} p={p:.4}", r.method),
+        _ => "no test".into(),
+    };
     format!(
-        "{} {}: {} -> {} {} ({}, {p}, n={}/{}): {}",
+        "{} {}: {} -> {} {} ({}, {p}, threshold {:.1}%, n={}/{}): {}",
         r.label,
         r.metric_label,
         fmt_num(r.baseline_mean),
         fmt_num(r.candidate_mean),
         r.unit,
         fmt_pct(r.change_pct),
+        r.threshold_pct,
         r.n_baseline,
         r.n_candidate,
         r.verdict
@@ -107,7 +114,7 @@ fn write_row(w: &mut W, r: &MetricComparison) -> std::io::Result<()> {
             w.write_event(Event::Text(BytesText::new(&message)))?;
             w.write_event(Event::End(BytesEnd::new("failure")))?;
         }
-        Verdict::NotComparable(_) => {
+        Verdict::NotComparable(_) | Verdict::Inconclusive(_) | Verdict::VarianceTooLarge => {
             let mut s = BytesStart::new("skipped");
             s.push_attribute(("message", message.as_str()));
             w.write_event(Event::Empty(s))?;

@@ -1,7 +1,12 @@
-//! `vmbench recommend`: ranks the passed cells of one run by a weighted sum of objectives, each
-//! normalised across the cells so the best cell scores 1 on it, and says why in numbers.
+//! `vmbench recommend`: ranks the passed cells of one run (one workload) by a weighted sum of
+//! objectives, each normalised across the cells so the best cell scores 1 on it, and says why in
+//! numbers. Backends without a storage server (local, block, lvm) use 0 MiB of storage-stack
+//! memory and 0 % storage-server CPU: real figures, the best ones, not missing ones. bonnie++
+//! cells are ranked on bonnie++'s figures (seeks/s, block and seek latency). Scores within
+//! [`TIE_PCT`] of each other are a tie, said as such.
 
 use super::table::fmt_num;
+use crate::cell::Backend;
 use crate::results::{CellResult, Outcome, RunRecord};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,7 +19,7 @@ pub enum Objective {
     Iops,
     /// Worst of read and write p99 completion latency, lower is better.
     P99Latency,
-    /// Host CPU spent by QEMU, lower is better.
+    /// Host CPU of QEMU plus the storage server per 1,000 I/Os, lower is better.
     HostCpu,
     /// Peak memory of the storage server stack (ganesha, tgtd), lower is better.
     StorageMemory,
@@ -39,12 +44,32 @@ impl Objective {
         }
     }
 
-    /// The metric keys the objective is computed from.
+    /// The metric keys the objective is computed from (fio cells).
     pub fn keys(self) -> &'static [&'static str] {
         match self {
             Objective::Iops => &["read_iops", "write_iops"],
             Objective::P99Latency => &["read_lat_p99_us", "write_lat_p99_us"],
-            Objective::HostCpu => &["host_qemu_cpu_pct"],
+            Objective::HostCpu => &[
+                "host_qemu_cpu_pct",
+                "storage_server_cpu_pct",
+                "read_iops",
+                "write_iops",
+            ],
+            Objective::StorageMemory => &["storage_server_peak_rss_mib"],
+        }
+    }
+
+    /// The metric keys the objective is computed from in bonnie++ cells.
+    pub fn bonnie_keys(self) -> &'static [&'static str] {
+        match self {
+            Objective::Iops => &["random_seeks_ps"],
+            Objective::P99Latency => &[
+                "lat_seq_out_block_us",
+                "lat_seq_in_block_us",
+                "lat_random_seeks_us",
+            ],
+            // CPU per I/O needs an I/O count; bonnie++ reports none for its whole run.
+            Objective::HostCpu => &["host_qemu_cpu_pct", "storage_server_cpu_pct", "(I/O count)"],
             Objective::StorageMemory => &["storage_server_peak_rss_mib"],
         }
     }
@@ -54,22 +79,44 @@ impl Objective {
     }
 
     /// The objective's value for one cell (averaged metrics), if its metrics are there.
-    fn value(self, m: &BTreeMap<String, f64>) -> Option<f64> {
-        let present = self.keys().iter().filter_map(|k| m.get(*k).copied());
+    fn value(self, c: &Candidate) -> Option<f64> {
+        let m = &c.metrics;
+        let get = |k: &str| m.get(k).copied();
+        let keys = if c.bonnie {
+            self.bonnie_keys()
+        } else {
+            self.keys()
+        };
+        let present = keys.iter().filter_map(|k| get(k));
+        // A backend without a storage server has none of its cost: 0, the best figure.
+        let server = |k: &str| get(k).or(c.serverless.then_some(0.0));
         match self {
             Objective::Iops => present.reduce(|a, b| a + b),
-            _ => present.reduce(f64::max),
+            Objective::P99Latency => present.reduce(f64::max),
+            Objective::HostCpu if c.bonnie => None,
+            Objective::HostCpu => {
+                let cpu = get("host_qemu_cpu_pct")? + server("storage_server_cpu_pct")?;
+                let iops = get("read_iops").unwrap_or(0.0) + get("write_iops").unwrap_or(0.0);
+                // % of a core over a second = core-ms per second x 10; per 1,000 I/Os.
+                (iops > 0.0).then(|| cpu * 10.0 / iops * 1000.0)
+            }
+            Objective::StorageMemory => server("storage_server_peak_rss_mib"),
         }
     }
 
-    /// How a value reads, e.g. "7,757 IOPS", "p99 14 ms", "45% host CPU".
-    fn show(self, v: f64) -> String {
+    /// How a value reads, e.g. "7,757 IOPS", "p99 14 ms", "232 core-ms per 1k I/Os".
+    fn show(self, v: f64, bonnie: bool) -> String {
         match self {
+            Objective::Iops if bonnie => format!("{} seeks/s", fmt_num(v)),
             Objective::Iops => format!("{} IOPS", fmt_num(v)),
+            Objective::P99Latency if bonnie && v >= 1000.0 => {
+                format!("max latency {:.1} ms", v / 1000.0)
+            }
+            Objective::P99Latency if bonnie => format!("max latency {} µs", fmt_num(v)),
             Objective::P99Latency if v >= 10_000.0 => format!("p99 {:.0} ms", v / 1000.0),
             Objective::P99Latency if v >= 1000.0 => format!("p99 {:.1} ms", v / 1000.0),
             Objective::P99Latency => format!("p99 {} µs", fmt_num(v)),
-            Objective::HostCpu => format!("{v:.0}% host CPU"),
+            Objective::HostCpu => format!("{} core-ms host CPU per 1k I/Os", fmt_num(v)),
             Objective::StorageMemory => format!("{v:.0} MiB storage memory"),
         }
     }
@@ -152,6 +199,8 @@ pub struct Ranked {
     pub label: String,
     /// Weighted score in 0..=1 (1: best on every weighted objective).
     pub score: f64,
+    /// The rank of the cell this one ties with (scores within [`TIE_PCT`]), if any.
+    pub tied_with: Option<usize>,
     /// Why, in numbers, one line.
     pub reason: String,
 }
@@ -183,6 +232,14 @@ pub enum RecommendError {
         /// Workloads that do have passed cells.
         available: Vec<String>,
     },
+    /// Cells of several workloads and none chosen: rankings across workloads mean nothing.
+    #[error("run {run} has cells of several workloads ({}); rank one at a time with --workload NAME", .workloads.join(", "))]
+    MixedWorkloads {
+        /// The run.
+        run: String,
+        /// Workloads with passed cells.
+        workloads: Vec<String>,
+    },
     /// A weighted objective's metrics exist in no cell.
     #[error("objective '{objective}' needs metric {} but no passed cell has it; drop it from the weights", .keys.join(" or "))]
     MissingMetric {
@@ -207,11 +264,19 @@ fn list(v: &[String]) -> String {
     }
 }
 
+/// Scores closer than this, in percent of the higher one, are a tie: the same noise threshold
+/// `compare` uses by default.
+pub const TIE_PCT: f64 = 5.0;
+
 /// One cell's averaged metrics.
 struct Candidate {
     cell_id: String,
     label: String,
     metrics: BTreeMap<String, f64>,
+    /// No storage server: storage-stack memory and server CPU are 0.
+    serverless: bool,
+    /// A bonnie++ cell, ranked on bonnie++'s figures.
+    bonnie: bool,
 }
 
 /// Ranks the passed cells of `run` (of one workload, if given) by `weights`.
@@ -249,17 +314,36 @@ pub fn recommend(
             .then_with(|| cands[a.0].cell_id.cmp(&cands[b.0].cell_id))
     });
     let top = scored[0].0;
-    Ok(scored
-        .iter()
-        .enumerate()
-        .map(|(rank, &(i, score))| Ranked {
-            rank: rank + 1,
+    let mut out: Vec<Ranked> = Vec::with_capacity(scored.len());
+    for (pos, &(i, score)) in scored.iter().enumerate() {
+        let mut reason = table.reason(i, top, &objectives);
+        // Ties are measured against the first cell of the tied group, so a chain of near
+        // scores cannot stretch a tie beyond the threshold.
+        let leader = out
+            .last()
+            .map(|prev: &Ranked| prev.tied_with.unwrap_or(prev.rank))
+            .and_then(|r| out.iter().find(|x| x.rank == r));
+        let tie = leader.filter(|l| l.score > 0.0 && (l.score - score) / l.score * 100.0 < TIE_PCT);
+        let (rank, tied_with) = match tie {
+            Some(l) => {
+                reason.push_str(&format!(
+                    "; tied with #{} {} (scores within the {TIE_PCT}% noise threshold)",
+                    l.rank, l.label
+                ));
+                (l.rank, Some(l.rank))
+            }
+            None => (pos + 1, None),
+        };
+        out.push(Ranked {
+            rank,
             cell_id: cands[i].cell_id.clone(),
             label: cands[i].label.clone(),
             score,
-            reason: table.reason(i, top, &objectives),
-        })
-        .collect())
+            tied_with,
+            reason,
+        });
+    }
+    Ok(out)
 }
 
 fn candidates(run: &RunRecord, workload: Option<&str>) -> Result<Vec<Candidate>, RecommendError> {
@@ -273,6 +357,18 @@ fn candidates(run: &RunRecord, workload: Option<&str>) -> Result<Vec<Candidate>,
         .copied()
         .filter(|c| workload.is_none_or(|w| c.cell.workload.to_string() == w))
         .collect();
+    if workload.is_none() {
+        let mut workloads: Vec<String> =
+            passed.iter().map(|c| c.cell.workload.to_string()).collect();
+        workloads.sort();
+        workloads.dedup();
+        if workloads.len() > 1 {
+            return Err(RecommendError::MixedWorkloads {
+                run: run.run_id.clone(),
+                workloads,
+            });
+        }
+    }
     if chosen.is_empty() {
         let mut available: Vec<String> =
             passed.iter().map(|c| c.cell.workload.to_string()).collect();
@@ -305,13 +401,19 @@ fn average(id: &str, reps: &[&CellResult]) -> Candidate {
             e.1 += 1;
         }
     }
+    let metrics: BTreeMap<String, f64> = sums
+        .into_iter()
+        .map(|(k, (s, n))| (k, s / n as f64))
+        .collect();
     Candidate {
         cell_id: id.into(),
         label: reps[0].cell.label(),
-        metrics: sums
-            .into_iter()
-            .map(|(k, (s, n))| (k, s / n as f64))
-            .collect(),
+        serverless: matches!(
+            reps[0].cell.backend,
+            Backend::Local | Backend::Block | Backend::Lvm
+        ),
+        bonnie: metrics.contains_key("seq_in_block_kps") || metrics.contains_key("random_seeks_ps"),
+        metrics,
     }
 }
 
@@ -319,6 +421,8 @@ fn average(id: &str, reps: &[&CellResult]) -> Candidate {
 struct ObjectiveTable {
     raw: BTreeMap<Objective, Vec<Option<f64>>>,
     best: BTreeMap<Objective, f64>,
+    worst: BTreeMap<Objective, f64>,
+    bonnie: bool,
 }
 
 impl ObjectiveTable {
@@ -328,27 +432,32 @@ impl ObjectiveTable {
         let mut t = ObjectiveTable {
             raw: BTreeMap::new(),
             best: BTreeMap::new(),
+            worst: BTreeMap::new(),
+            bonnie: cands.iter().all(|c| c.bonnie),
         };
         for o in Objective::ALL {
-            let vals: Vec<Option<f64>> = cands.iter().map(|c| o.value(&c.metrics)).collect();
+            let vals: Vec<Option<f64>> = cands.iter().map(|c| o.value(c)).collect();
             let present = vals.iter().flatten().copied();
-            let best = if o.higher_is_better() {
-                present.reduce(f64::max)
+            let (lo, hi) = (present.clone().reduce(f64::min), present.reduce(f64::max));
+            let (best, worst) = if o.higher_is_better() {
+                (hi, lo)
             } else {
-                present.reduce(f64::min)
+                (lo, hi)
             };
-            match best {
-                Some(best) => {
+            match (best, worst) {
+                (Some(best), Some(worst)) => {
                     t.raw.insert(o, vals);
                     t.best.insert(o, best);
+                    t.worst.insert(o, worst);
                 }
-                None if objectives.iter().any(|(w, _)| *w == o) => {
+                _ if objectives.iter().any(|(w, _)| *w == o) => {
+                    let keys = if t.bonnie { o.bonnie_keys() } else { o.keys() };
                     return Err(RecommendError::MissingMetric {
                         objective: o,
-                        keys: o.keys().iter().map(|k| k.to_string()).collect(),
-                    })
+                        keys: keys.iter().map(|k| k.to_string()).collect(),
+                    });
                 }
-                None => {}
+                _ => {}
             }
         }
         Ok(t)
@@ -358,12 +467,25 @@ impl ObjectiveTable {
         self.raw.get(&o).and_then(|v| v[i])
     }
 
-    /// 1 for the best cell, proportionally less for the others, 0 without a figure.
+    /// How a value reads in this ranking's workload.
+    fn show(&self, o: Objective, v: f64) -> String {
+        o.show(v, self.bonnie)
+    }
+
+    /// 1 for the best cell, proportionally less for the others, 0 without a figure. A cost
+    /// whose best is 0 (no storage server) has no ratio to it: linear from best (1) to worst (0).
     fn norm(&self, o: Objective, i: usize) -> f64 {
         let (Some(v), best) = (self.raw(o, i), self.best[&o]) else {
             return 0.0;
         };
-        let n = if o.higher_is_better() {
+        let worst = self.worst[&o];
+        let n = if !o.higher_is_better() && best == 0.0 {
+            if worst > 0.0 {
+                1.0 - v / worst
+            } else {
+                1.0
+            }
+        } else if o.higher_is_better() {
             if best > 0.0 {
                 v / best
             } else {
@@ -398,7 +520,12 @@ impl ObjectiveTable {
         let (mut good, mut bad) = (vec![], vec![]);
         for (o, _) in order {
             let Some(v) = self.raw(o, i) else {
-                bad.push(format!("no {} figure ({})", o.noun(), o.keys().join("/")));
+                let keys = if self.bonnie {
+                    o.bonnie_keys()
+                } else {
+                    o.keys()
+                };
+                bad.push(format!("no {} figure ({})", o.noun(), keys.join("/")));
                 continue;
             };
             let n = self.norm(o, i);
@@ -409,14 +536,18 @@ impl ObjectiveTable {
                     "within {:.0}% of the best {} ({})",
                     ((1.0 - n) * 100.0).ceil(),
                     o.noun(),
-                    o.show(v)
+                    self.show(o, v)
                 ));
             } else if n < 0.5 {
                 bad.push(self.weak_phrase(o, v));
             } else if o.higher_is_better() {
-                good.push(format!("{} ({:.0}% of the best)", o.show(v), n * 100.0));
+                good.push(format!(
+                    "{} ({:.0}% of the best)",
+                    self.show(o, v),
+                    n * 100.0
+                ));
             } else {
-                good.push(format!("{}, {:.1}x the lowest", o.show(v), 1.0 / n));
+                good.push(format!("{}, {:.1}x the lowest", self.show(o, v), 1.0 / n));
             }
             if i != top && !o.higher_is_better() {
                 if let Some(p) = self.versus_top(o, top, v) {
@@ -462,33 +593,36 @@ impl ObjectiveTable {
                 };
                 if ratio >= 1.05 {
                     if o.higher_is_better() {
-                        format!("{lead}: {}, {ratio:.1}x {rel}", o.show(v))
+                        format!("{lead}: {}, {ratio:.1}x {rel}", self.show(o, v))
                     } else {
-                        format!("{lead}: {}, {ratio:.1}x {rel}", o.show(v))
+                        format!("{lead}: {}, {ratio:.1}x {rel}", self.show(o, v))
                             .replace("x less than", "x below")
                     }
                 } else if ratio == 1.0 {
-                    format!("{lead}: {} (tied)", o.show(v))
+                    format!("{lead}: {} (tied)", self.show(o, v))
                 } else {
-                    format!("{lead}: {} (the next is within 5%)", o.show(v))
+                    format!("{lead}: {} (the next is within 5%)", self.show(o, v))
                 }
             }
-            _ => format!("{lead}: {}", o.show(v)),
+            _ => format!("{lead}: {}", self.show(o, v)),
         }
     }
 
     fn weak_phrase(&self, o: Objective, v: f64) -> String {
         let best = self.best[&o];
+        if !o.higher_is_better() && best == 0.0 {
+            return format!("{}, where the best needs none", self.show(o, v));
+        }
         if o.higher_is_better() {
             format!(
                 "only {}, {:.1}x below the best",
-                o.show(v),
+                self.show(o, v),
                 best / v.max(f64::MIN_POSITIVE)
             )
         } else {
             format!(
                 "{}, {:.1}x the lowest",
-                o.show(v),
+                self.show(o, v),
                 v / best.max(f64::MIN_POSITIVE)
             )
         }

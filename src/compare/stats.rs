@@ -1,6 +1,11 @@
-//! The statistics behind a verdict: means, coefficient of variation, and a two-sided permutation
-//! test on the difference of means. Permutation tests assume nothing about the distribution,
-//! which suits benchmark figures (skewed, few repeats, occasional outliers).
+//! The statistics behind a verdict: means, coefficient of variation, Welch's t-test (with its own
+//! Student-t distribution, via the regularized incomplete beta function), a two-sided permutation
+//! test on the difference of means, and multiple-comparison adjustment (Holm, Benjamini-Hochberg).
+//!
+//! Verdicts use Welch's t-test on the logarithms of one value per repeat: benchmark figures are
+//! ratios (a change is a percentage), log values are close to normal, and unlike the exact
+//! permutation test its p-value is not floored at 2/C(n+m, n), so 5 vs 5 repeats can pass a
+//! Holm-adjusted level of 0.01/30.
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -26,13 +31,231 @@ pub fn cv_pct(xs: &[f64]) -> Option<f64> {
     (m != 0.0).then_some(stddev(xs)? / m.abs() * 100.0)
 }
 
-/// The smallest p-value a permutation test on groups of `a` and `b` values can give: the two
-/// most extreme splits out of C(a+b, a). With 3 + 3 values that is 0.1, so such a test can never
-/// reach alpha = 0.05, whatever the data.
+/// The smallest p-value the two-sided exact permutation test on groups of `a` and `b` values can
+/// give. With equal sizes the most extreme split and its mirror (the groups swapped) are equally
+/// extreme, so the floor is 2/C(a+b, a); with unequal sizes the mirror is another split with
+/// another difference, and the floor is 1/C. With 3 + 3 values that is 0.1; with 3 + 4, 1/35.
 pub fn min_p_value(a: usize, b: usize) -> f64 {
+    let extreme = if a == b { 2.0 } else { 1.0 };
     match combinations(a + b, a) {
-        Some(c) if c > 0.0 => (2.0 / c).min(1.0),
+        Some(c) if c > 0.0 => (extreme / c).min(1.0),
         _ => 0.0,
+    }
+}
+
+/// The result of Welch's unequal-variance t-test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Welch {
+    /// Difference of means, candidate (b) minus baseline (a).
+    pub diff: f64,
+    /// Standard error of the difference.
+    pub se: f64,
+    /// Welch-Satterthwaite degrees of freedom.
+    pub df: f64,
+    /// Two-sided p-value of "equal means".
+    pub p: f64,
+}
+
+impl Welch {
+    /// The two-sided `level` (e.g. 0.95) confidence interval of the difference.
+    pub fn ci(&self, level: f64) -> (f64, f64) {
+        let half = student_t_quantile(1.0 - (1.0 - level) / 2.0, self.df) * self.se;
+        (self.diff - half, self.diff + half)
+    }
+}
+
+/// Welch's t-test of `b` against `a`; `None` when a side has fewer than two values. Two sides
+/// without any spread give p = 1 when their means agree and p = 0 when they differ.
+pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (ma, mb) = (mean(a)?, mean(b)?);
+    let (va, vb) = (
+        stddev(a)?.powi(2) / a.len() as f64,
+        stddev(b)?.powi(2) / b.len() as f64,
+    );
+    let se = (va + vb).sqrt();
+    let diff = mb - ma;
+    if se == 0.0 {
+        let p = if diff == 0.0 { 1.0 } else { 0.0 };
+        let df = (a.len() + b.len() - 2) as f64;
+        return Some(Welch { diff, se, df, p });
+    }
+    let df =
+        (va + vb).powi(2) / (va.powi(2) / (a.len() - 1) as f64 + vb.powi(2) / (b.len() - 1) as f64);
+    let p = student_t_two_sided_p(diff / se, df);
+    Some(Welch { diff, se, df, p })
+}
+
+/// P(|T| >= |t|) for Student's t with `df` degrees of freedom: I_{df/(df+t^2)}(df/2, 1/2).
+pub fn student_t_two_sided_p(t: f64, df: f64) -> f64 {
+    if !t.is_finite() {
+        return if t.is_nan() { f64::NAN } else { 0.0 };
+    }
+    regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5).clamp(0.0, 1.0)
+}
+
+/// The `q` quantile (0.5 < q < 1) of Student's t, by bisection on the CDF.
+pub fn student_t_quantile(q: f64, df: f64) -> f64 {
+    let upper_tail = 2.0 * (1.0 - q);
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    while student_t_two_sided_p(hi, df) > upper_tail && hi < 1e12 {
+        hi *= 2.0;
+    }
+    // 64 halvings leave an interval far below f64 resolution of any t that matters here.
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if student_t_two_sided_p(mid, df) > upper_tail {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms: about 15 significant digits).
+fn ln_gamma(x: f64) -> f64 {
+    const G: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection keeps the series in its accurate range.
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + 7.5;
+    let sum = G[1..]
+        .iter()
+        .enumerate()
+        .fold(G[0], |acc, (i, g)| acc + g / (x + i as f64 + 1.0));
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
+}
+
+/// I_x(a, b), the regularized incomplete beta function, by its continued fraction (Lentz), on
+/// the side of the symmetry I_x(a,b) = 1 - I_{1-x}(b,a) where it converges fast.
+pub fn regularized_incomplete_beta(x: f64, a: f64, b: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    if x < (a + 1.0) / (a + b + 2.0) {
+        ln_front.exp() * beta_continued_fraction(x, a, b) / a
+    } else {
+        1.0 - ln_front.exp() * beta_continued_fraction(1.0 - x, b, a) / b
+    }
+}
+
+fn beta_continued_fraction(x: f64, a: f64, b: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let guard = |v: f64| if v.abs() < TINY { TINY } else { v };
+    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
+    let mut c = 1.0;
+    let mut d = 1.0 / guard(1.0 - qab * x / qap);
+    let mut h = d;
+    for m in 1..=300 {
+        let m = m as f64;
+        let m2 = 2.0 * m;
+        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
+        d = 1.0 / guard(1.0 + aa * d);
+        c = guard(1.0 + aa / c);
+        h *= d * c;
+        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
+        d = 1.0 / guard(1.0 + aa * d);
+        c = guard(1.0 + aa / c);
+        let del = d * c;
+        h *= del;
+        if (del - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    h
+}
+
+/// Family-wise (Holm) or false-discovery (Benjamini-Hochberg) adjustment of a set of p-values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Correction {
+    /// Holm-Bonferroni step-down: controls the chance of any false verdict in the family.
+    #[default]
+    Holm,
+    /// Benjamini-Hochberg step-up: controls the expected share of false verdicts.
+    Bh,
+    /// No adjustment: each row alone at alpha.
+    None,
+}
+
+impl Correction {
+    /// The CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Correction::Holm => "holm",
+            Correction::Bh => "bh",
+            Correction::None => "none",
+        }
+    }
+
+    /// Adjusted p-values, in the order of `p`.
+    pub fn adjust(self, p: &[f64]) -> Vec<f64> {
+        let m = p.len();
+        let mut order: Vec<usize> = (0..m).collect();
+        order.sort_by(|&i, &j| p[i].total_cmp(&p[j]));
+        let mut out = vec![0.0; m];
+        match self {
+            Correction::None => out.copy_from_slice(p),
+            Correction::Holm => {
+                let mut running = 0.0f64;
+                for (rank, &i) in order.iter().enumerate() {
+                    running = running.max(((m - rank) as f64 * p[i]).min(1.0));
+                    out[i] = running;
+                }
+            }
+            Correction::Bh => {
+                let mut running = 1.0f64;
+                for (rank, &i) in order.iter().enumerate().rev() {
+                    running = running.min((m as f64 * p[i] / (rank + 1) as f64).min(1.0));
+                    out[i] = running;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for Correction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Correction::Holm => "Holm-Bonferroni",
+            Correction::Bh => "Benjamini-Hochberg",
+            Correction::None => "none (each row alone)",
+        })
+    }
+}
+
+impl std::str::FromStr for Correction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "holm" => Ok(Correction::Holm),
+            "bh" | "fdr" => Ok(Correction::Bh),
+            "none" => Ok(Correction::None),
+            other => Err(format!(
+                "unknown correction '{other}' (valid: holm, bh, none)"
+            )),
+        }
     }
 }
 
@@ -142,6 +365,70 @@ mod tests {
         let p = permutation_p_value(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0], 10_000, 1).unwrap();
         assert!((p - min_p_value(3, 3)).abs() < 1e-12, "{p}");
         assert!((min_p_value(3, 3) - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn unequal_sizes_floor_is_one_over_c() {
+        // C(7, 3) = 35: the one most extreme split, its mirror is not a split of 3 vs 4.
+        assert!((min_p_value(3, 4) - 1.0 / 35.0).abs() < 1e-12);
+        assert!(min_p_value(3, 4) < 0.05);
+        let p =
+            permutation_p_value(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0, 13.0], 10_000, 1).unwrap();
+        assert!((p - 1.0 / 35.0).abs() < 1e-12, "{p}");
+        assert!(p < 0.05);
+    }
+
+    #[test]
+    fn student_t_matches_closed_forms_and_tables() {
+        // df = 1 is Cauchy: p = 1 - 2/pi atan(t); df = 2: p = 1 - t / sqrt(2 + t^2).
+        let cauchy = 1.0 - 2.0 / std::f64::consts::PI * 3.0f64.atan();
+        assert!((student_t_two_sided_p(3.0, 1.0) - cauchy).abs() < 1e-12);
+        assert!((student_t_two_sided_p(1.0, 1.0) - 0.5).abs() < 1e-12);
+        let df2 = 1.0 - 2.0 / 6.0f64.sqrt();
+        assert!((student_t_two_sided_p(2.0, 2.0) - df2).abs() < 1e-12);
+        // scipy: 2 * stats.t.sf(2.0, 10) = 0.07338803477074..; stats.t.ppf(0.975, 10) =
+        // 2.2281388519649385; stats.t.ppf(0.995, 5) = 4.032142983557536;
+        // stats.t.ppf(0.975, 3) = 3.182446305284263.
+        assert!((student_t_two_sided_p(2.0, 10.0) - 0.073_388_034_770_74).abs() < 1e-10);
+        assert!((student_t_two_sided_p(2.228_138_851_964_938_5, 10.0) - 0.05).abs() < 1e-10);
+        assert!((student_t_two_sided_p(4.032_142_983_557_536, 5.0) - 0.01).abs() < 1e-10);
+        assert!((student_t_quantile(0.975, 3.0) - 3.182_446_305_284_263).abs() < 1e-8);
+        assert!((student_t_quantile(0.975, 10.0) - 2.228_138_851_964_938_5).abs() < 1e-8);
+        // Large df tends to the normal: 1.959963984540054 gives 0.05.
+        assert!((student_t_two_sided_p(1.959_963_984_540_054, 1e7) - 0.05).abs() < 1e-6);
+        assert_eq!(student_t_two_sided_p(0.0, 4.0), 1.0);
+    }
+
+    #[test]
+    fn welch_by_hand() {
+        // a: mean 2, var 1; b: mean 5, var 1; se = sqrt(1/3 + 1/3), t = 3 / 0.8165 = 3.674,
+        // df = 4: 2 * stats.t.sf(3.6742346, 4) = 0.021311641128756..
+        let w = welch(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]).unwrap();
+        assert!((w.df - 4.0).abs() < 1e-12, "{w:?}");
+        assert!((w.diff - 3.0).abs() < 1e-12);
+        assert!((w.p - 0.021_311_641_128_756).abs() < 1e-6, "{w:?}");
+        let (lo, hi) = w.ci(0.95);
+        // t(0.975, 4) = 2.7764451051977987
+        assert!(
+            (lo - (3.0 - 2.776_445_105_197_799 * w.se)).abs() < 1e-6,
+            "{lo}"
+        );
+        assert!(hi > 3.0 && lo > 0.0);
+        assert!(welch(&[1.0], &[1.0, 2.0]).is_none());
+    }
+
+    #[test]
+    fn holm_and_bh_adjust() {
+        let p = [0.01, 0.04, 0.03, 0.005];
+        // Holm: sorted 0.005*4, 0.01*3, 0.03*2, 0.04*1 with running max.
+        let h = Correction::Holm.adjust(&p);
+        assert_eq!(h, vec![0.03, 0.06, 0.06, 0.02]);
+        // BH: sorted 0.005*4/1=0.02, 0.01*4/2=0.02, 0.03*4/3=0.04, 0.04*4/4=0.04, running min.
+        let b = Correction::Bh.adjust(&p);
+        for (x, y) in b.iter().zip([0.02, 0.04, 0.04, 0.02]) {
+            assert!((x - y).abs() < 1e-12, "{b:?}");
+        }
+        assert_eq!(Correction::None.adjust(&p), p.to_vec());
     }
 
     #[test]

@@ -1,33 +1,44 @@
 //! The terminal rendering of a comparison: aligned columns, regressions flagged, and the cells
 //! that could not be compared listed below.
 
-use super::{Comparison, MetricComparison, SampleSource, Verdict};
+use super::{Comparison, MetricComparison, SideStats, Verdict};
+use crate::results::Better;
 
-const HEADERS: [&str; 8] = [
+const HEADERS: [&str; 11] = [
     "cell",
     "metric",
-    "baseline",
-    "candidate",
-    "change",
+    "baseline (mean ±CV, n)",
+    "candidate (mean ±CV, n)",
+    "change [95% CI]",
     "p",
-    "n (b/c)",
+    "p adj",
+    "test",
+    "threshold",
+    "within-run CV b/c",
     "verdict",
 ];
 
-/// Renders every row, then missing and unpassed cells.
+/// Columns whose contents are numbers, right-aligned so their digits line up.
+const NUMERIC: [usize; 6] = [2, 3, 4, 5, 6, 8];
+
+/// Renders the method, every row, then missing and unpassed cells and the outcome.
 pub(super) fn render(c: &Comparison) -> String {
-    let rows: Vec<[String; 8]> = c.rows.iter().map(row).collect();
-    let mut widths = HEADERS.map(str::len);
+    let rows: Vec<Vec<String>> = c.rows.iter().map(row).collect();
+    let header: Vec<String> = HEADERS.iter().map(|h| h.to_string()).collect();
+    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = format!(
-        "baseline {}  vs  candidate {}\n",
-        c.baseline_run, c.candidate_run
+        "baseline {}  vs  candidate {}\n{}\n",
+        c.baseline_run,
+        c.candidate_run,
+        c.method_line()
     );
-    out.push_str(&line(&HEADERS.map(String::from), &widths));
+    out.push_str("direction: ↑ higher is better, ↓ lower is better; CV and n are across repeats\n");
+    out.push_str(&line(&header, &widths));
     for r in &rows {
         out.push_str(&line(r, &widths));
     }
@@ -39,21 +50,23 @@ pub(super) fn render(c: &Comparison) -> String {
             r.note.as_deref().unwrap_or("")
         ));
     }
+    for r in c
+        .rows
+        .iter()
+        .filter(|r| r.threshold_source.starts_with("history"))
+    {
+        out.push_str(&format!(
+            "threshold: {} {}: {:.1}% from {}\n",
+            r.label, r.key, r.threshold_pct, r.threshold_source
+        ));
+    }
     for m in &c.missing_cells {
         out.push_str(&format!("missing: {m}\n"));
     }
     for u in &c.unpassed_cells {
         out.push_str(&format!("not compared: {u}\n"));
     }
-    let regressions = c
-        .rows
-        .iter()
-        .filter(|r| r.verdict == Verdict::Regression)
-        .count();
-    out.push_str(&format!(
-        "{} metric(s) compared, {regressions} regression(s)\n",
-        c.rows.len()
-    ));
+    out.push_str(&summary(c));
     // Failure reasons carry guest output; escape sequences must not reach the terminal.
     out.chars()
         .map(|ch| {
@@ -66,12 +79,37 @@ pub(super) fn render(c: &Comparison) -> String {
         .collect()
 }
 
-fn line(cells: &[String; 8], widths: &[usize; 8]) -> String {
+fn summary(c: &Comparison) -> String {
+    let count = |f: &dyn Fn(&Verdict) -> bool| c.rows.iter().filter(|r| f(&r.verdict)).count();
+    let verdict_rows = c.rows.iter().filter(|r| r.is_verdict_row()).count();
+    let regressions = count(&|v| *v == Verdict::Regression);
+    let improvements = count(&|v| *v == Verdict::Improvement);
+    let undecided = count(&|v| {
+        matches!(
+            v,
+            Verdict::Inconclusive(_) | Verdict::VarianceTooLarge | Verdict::NotComparable(_)
+        )
+    });
+    let info = c.rows.len() - verdict_rows;
+    let meaning = match c.outcome() {
+        super::CompareOutcome::Regression => "exit 1: significant regression",
+        super::CompareOutcome::NoRegression => "exit 0: no regression",
+        super::CompareOutcome::Undecided => {
+            "exit 3: nothing could be decided (every verdict row inconclusive or not comparable)"
+        }
+    };
+    format!(
+        "{verdict_rows} verdict row(s): {regressions} regression(s), {improvements} \
+         improvement(s), {undecided} undecided; {info} information row(s) without verdict; \
+         {meaning}\n"
+    )
+}
+
+fn line(cells: &[String], widths: &[usize]) -> String {
     let mut s = String::new();
     for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
         let pad = w.saturating_sub(cell.chars().count());
-        // Numbers right-aligned so their digits line up.
-        if (2..=6).contains(&i) {
+        if NUMERIC.contains(&i) {
             s.push_str(&" ".repeat(pad));
             s.push_str(cell);
         } else {
@@ -88,22 +126,49 @@ fn line(cells: &[String; 8], widths: &[usize; 8]) -> String {
     s
 }
 
-fn row(r: &MetricComparison) -> [String; 8] {
-    let per_second = if r.source == SampleSource::PerSecond {
-        " (per-s)"
-    } else {
-        ""
+/// "2,000 IOPS ±1.2% n=5".
+fn side(s: &SideStats, unit: &str) -> String {
+    let cv = s.cv_pct.map(|cv| format!(" ±{cv:.1}%")).unwrap_or_default();
+    format!("{} {unit}{cv} n={}", fmt_num(s.mean), s.n)
+}
+
+fn fmt_p(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p < 0.0001 => format!("{p:.1e}"),
+        Some(p) => format!("{p:.4}"),
+        None => "-".into(),
+    }
+}
+
+fn row(r: &MetricComparison) -> Vec<String> {
+    let arrow = match r.better {
+        Better::Higher => "↑",
+        Better::Lower => "↓",
     };
-    [
+    let ci = r
+        .change_ci_pct
+        .map(|(lo, hi)| format!(" [{lo:+.1}, {hi:+.1}]"))
+        .unwrap_or_default();
+    let within = |s: &SideStats| {
+        s.within_run_cv_pct
+            .map(|v| format!("{v:.1}%"))
+            .unwrap_or_else(|| "-".into())
+    };
+    vec![
         r.label.clone(),
-        r.key.clone(),
-        format!("{} {}", fmt_num(r.baseline_mean), r.unit),
-        format!("{} {}", fmt_num(r.candidate_mean), r.unit),
-        fmt_pct(r.change_pct),
-        r.p_value
-            .map(|p| format!("{p:.4}"))
-            .unwrap_or_else(|| "-".into()),
-        format!("{}/{}{per_second}", r.n_baseline, r.n_candidate),
+        format!("{} {arrow}", r.key),
+        side(&r.baseline, &r.unit),
+        side(&r.candidate, &r.unit),
+        format!("{}{ci}", fmt_pct(r.change_pct)),
+        fmt_p(r.p_value),
+        fmt_p(r.p_adjusted),
+        r.method.to_string(),
+        if r.is_verdict_row() {
+            format!("{:.1}%", r.threshold_pct)
+        } else {
+            "-".into()
+        },
+        format!("{}/{}", within(&r.baseline), within(&r.candidate)),
         r.verdict.to_string(),
     ]
 }
