@@ -411,10 +411,21 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         };
     }
     opt!(local_dir);
-    opt!(prealloc);
-    opt!(nfs);
     opt!(nfs_mount);
-    opt!(iscsi);
+    // Typed options are parsed here, so a bad value is exit 2 before anything is created.
+    macro_rules! typed {
+        ($field:ident, $flag:literal) => {
+            if let Some(v) = &a.$field {
+                s.$field = Some(
+                    v.parse()
+                        .map_err(|e| CliError::Usage(format!("{}: {e}", $flag)))?,
+                );
+            }
+        };
+    }
+    typed!(prealloc, "--prealloc");
+    typed!(nfs, "--nfs");
+    typed!(iscsi, "--iscsi");
     opt!(lvm_vg);
     opt!(lvm_thin_pool);
     opt!(block_device);

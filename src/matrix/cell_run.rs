@@ -9,7 +9,7 @@ use super::progress::{parse_fio_eta, Output, Phase, Ui};
 use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
 use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
-use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec};
+use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
 use crate::image::ImageInfo;
 use crate::metrics::{self, qmp, Sources};
 use crate::results::{CellResult, Metric, Outcome, Provenance, Timings};
@@ -162,11 +162,7 @@ async fn attempt(
     params.extend(disk.params.clone());
     params.insert("disk_bytes".into(), disk.size_bytes.to_string());
     if cell.hypervisor == Hypervisor::Xen {
-        let dp = crate::hypervisor::xen::datapath(
-            cell.backend,
-            cell.format,
-            cfg.storage.nfs_mount.is_some(),
-        )?;
+        let dp = crate::hypervisor::xen::datapath(&disk.source, cell.format)?;
         params.insert("datapath".into(), dp.to_string());
     } else {
         params.insert("datapath".into(), "qemu".into());
@@ -656,29 +652,20 @@ fn domain_spec(
     sock_dir: &Path,
 ) -> DomainSpec {
     let cfg = env.cfg;
-    DomainSpec {
-        name: format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id),
-        hypervisor: cell.hypervisor,
-        xen_mode: cell.xen_mode,
-        vcpus: cfg.vcpus,
-        memory_mib: cfg.memory_mib,
+    let files = GuestFiles {
         kernel: env.image.kernel.clone(),
         initrd: env.image.initrd.clone(),
-        cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode)
-            + &cfg.test_hooks.cmdline_extra(seq),
         console_log: absolute(&dir.join("console.log")),
         channel_socket: sock_dir.join("agent.sock"),
-        disk: DiskSpec {
-            source: disk.source.clone(),
-            format: disk.format,
-            bus: cell.bus,
-            cache: cell.cache,
-            io: cell.io,
-            serial: TEST_DISK_SERIAL.into(),
-        },
-        run_id: env.run_id.to_string(),
-        cell_id: cell.id(),
-    }
+    };
+    let size = Sizing {
+        vcpus: cfg.vcpus,
+        memory_mib: cfg.memory_mib,
+    };
+    let name = format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id);
+    let mut spec = DomainSpec::for_cell(name, env.run_id, cell, disk.source.clone(), size, files);
+    spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
+    spec
 }
 
 fn absolute(p: &Path) -> PathBuf {

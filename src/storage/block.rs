@@ -40,11 +40,6 @@ impl BlockBackend {
         }
     }
 
-    /// The device.
-    pub fn dev(&self) -> &Path {
-        &self.dev
-    }
-
     /// Every reason the device must not be used, empty when it may.
     pub fn refusals(&self) -> Vec<String> {
         let mut why = Vec::new();
