@@ -4,6 +4,7 @@
 pub mod domain_xml;
 pub mod libvirt;
 pub mod rules;
+pub mod watch;
 pub mod xen;
 
 pub use rules::{check, SkipReason};

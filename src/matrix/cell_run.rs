@@ -4,11 +4,11 @@
 //! handle's Drop) and tears the disk down (the caller's guard).
 
 use super::config::{parse_size, MatrixConfig};
-use super::faults;
 use super::progress::{parse_fio_eta, Output, Phase, Ui};
 use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
 use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
+use crate::hypervisor::watch;
 use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
 use crate::image::ImageInfo;
 use crate::metrics::{self, qmp, Sources};
@@ -538,7 +538,7 @@ async fn run_job(
     let run = async {
         tokio::select! {
             r = guest.run(job, &limits, on_event) => r.map_err(|e| e.to_string()),
-            lost = faults::storage_lost(dom.clone(), env.server) => Err(lost),
+            lost = watch::storage_lost(dom.clone(), env.server) => Err(lost),
         }
     };
     cancellable(env.cancel, run)
@@ -555,7 +555,7 @@ fn describe_guest_error(e: &str, dom: &RunningDomain, console: &Path) -> String 
         // libvirt learns of a dead QEMU a moment after its sockets close.
         tokio::task::block_in_place(|| dom.wait_gone(Duration::from_secs(3)));
     }
-    match faults::domain_note(dom) {
+    match watch::domain_note(dom) {
         Some(note) if !e.starts_with("storage server lost") => format!("{e}; {note}"),
         _ => e.to_string(),
     }

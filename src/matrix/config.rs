@@ -71,7 +71,7 @@ pub struct MatrixConfig {
     pub storage: StorageConfig,
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
-    pub test_hooks: super::faults::TestHooks,
+    pub test_hooks: super::test_hooks::TestHooks,
 }
 
 impl Default for MatrixConfig {

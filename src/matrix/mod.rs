@@ -5,10 +5,10 @@
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
-pub mod faults;
 pub mod probe;
 pub mod progress;
 pub mod runner;
+pub mod test_hooks;
 
 use crate::cell::{Backend, Bus, CacheMode, Cell, Hypervisor, IoMode, Layout, WorkloadId};
 use crate::workload::Engine;
