@@ -11,7 +11,7 @@
 use super::cmd;
 use super::tgt::Tgt;
 use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell, Format};
+use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -371,10 +371,6 @@ fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
 }
 
 impl StorageBackend for IscsiBackend {
-    fn kind(&self) -> Backend {
-        Backend::Iscsi
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match &self.mode {

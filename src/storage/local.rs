@@ -9,7 +9,7 @@
 
 use super::cmd;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell, Format};
+use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -214,10 +214,6 @@ pub fn filesystem_name(path: &Path) -> String {
 }
 
 impl StorageBackend for LocalBackend {
-    fn kind(&self) -> Backend {
-        Backend::Local
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match dir_problem(&self.dir) {

@@ -126,8 +126,6 @@ pub struct ProvisionedDisk {
 /// What every backend does for a cell. `teardown` is idempotent and is called on every path out
 /// of a cell (success, failure, timeout, Ctrl-C), even when `provision` failed half way.
 pub trait StorageBackend: Send {
-    /// Which backend this is.
-    fn kind(&self) -> Backend;
     /// Whether this host can run it at all; `Err` carries the reason.
     fn check(&self) -> Result<(), Unsupported>;
     /// Create the disk for `cell` (size `size_bytes`), using `work` for any local files.
@@ -200,6 +198,32 @@ pub fn open(
             opts.force,
         ))),
     })
+}
+
+/// Whether `backend` can run on this host at all, without creating or starting anything (for
+/// `vmbench doctor`): Ok with a note, or the reason.
+pub fn host_support(backend: Backend) -> Result<String, String> {
+    let probe: Box<dyn StorageBackend> = match backend {
+        Backend::Local => Box::new(local::LocalBackend::new(
+            std::env::temp_dir(),
+            local::Prealloc::Off,
+        )),
+        Backend::Nfs => return servers::installed::<ganesha::Ganesha>(),
+        Backend::Iscsi => return servers::installed::<tgt::Tgt>(),
+        Backend::Lvm if !lvm::device_mapper_present() => {
+            return Err("no device-mapper (LVM volumes cannot be activated)".into())
+        }
+        Backend::Lvm => Box::new(lvm::LvmBackend::new(String::new(), None)),
+        Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
+    };
+    match probe.check() {
+        Ok(()) => Ok("available".into()),
+        // An LVM probe without a VG can only say whether device-mapper and lvm2 exist.
+        Err(u) if backend == Backend::Lvm && u.0.contains("volume group") => {
+            Ok("device-mapper and lvm2 present; needs --lvm-vg".into())
+        }
+        Err(u) => Err(u.0),
+    }
 }
 
 fn local_dir(opts: &StorageConfig, work: &Path) -> PathBuf {

@@ -13,7 +13,7 @@
 use super::cmd;
 use super::ganesha::Ganesha;
 use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell};
+use crate::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -404,10 +404,6 @@ fn remove(c: &Created, embedded_or_mounted: bool) -> Result<(), StorageError> {
 }
 
 impl StorageBackend for NfsBackend {
-    fn kind(&self) -> Backend {
-        Backend::Nfs
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match &self.mode {

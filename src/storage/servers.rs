@@ -15,6 +15,12 @@ use std::sync::Arc;
 pub trait EmbeddedServer: Send + Sync + Sized {
     /// Its name in results and messages (`ganesha`, `tgtd`).
     const NAME: &'static str;
+    /// The Debian package that provides it (named when it is missing).
+    const PACKAGE: &'static str;
+    /// Its program.
+    const BINARY: &'static str;
+    /// The QEMU block driver module clients reach it with.
+    const QEMU_MODULE: &'static str;
     /// Starts it with its files under `dir` and waits until it is ready.
     fn start(dir: &Path) -> Result<Self, StorageError>;
     /// Its process id, watched while a cell runs.
@@ -29,6 +35,9 @@ pub trait EmbeddedServer: Send + Sync + Sized {
 
 impl EmbeddedServer for Ganesha {
     const NAME: &'static str = "ganesha";
+    const PACKAGE: &'static str = "nfs-ganesha";
+    const BINARY: &'static str = "ganesha.nfsd";
+    const QEMU_MODULE: &'static str = "block-nfs.so";
     fn start(dir: &Path) -> Result<Self, StorageError> {
         Ganesha::start(dir)
     }
@@ -48,6 +57,9 @@ impl EmbeddedServer for Ganesha {
 
 impl EmbeddedServer for Tgt {
     const NAME: &'static str = "tgtd";
+    const PACKAGE: &'static str = "tgt";
+    const BINARY: &'static str = "tgtd";
+    const QEMU_MODULE: &'static str = "block-iscsi.so";
     fn start(dir: &Path) -> Result<Self, StorageError> {
         Tgt::start(dir)
     }
@@ -141,6 +153,32 @@ impl Servers {
     }
 }
 
+/// Whether server `T` could start here, without starting it: its program is installed and QEMU
+/// has the block driver to reach it (for `vmbench doctor`).
+pub fn installed<T: EmbeddedServer>() -> Result<String, String> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([Path::new("/usr/sbin").into()])
+                .any(|d| d.join(T::BINARY).exists())
+        })
+        .unwrap_or(false);
+    if !on_path {
+        return Err(format!("{} not found (install {})", T::BINARY, T::PACKAGE));
+    }
+    let module = Path::new("/usr/lib/x86_64-linux-gnu/qemu").join(T::QEMU_MODULE);
+    if !module.exists() {
+        return Err(format!(
+            "QEMU has no {} (install qemu-block-extra)",
+            T::QEMU_MODULE
+        ));
+    }
+    Ok(format!(
+        "embedded {} on 127.0.0.1 (or an external server)",
+        T::PACKAGE
+    ))
+}
+
 /// `(name, pid)` of a server, as cells record and watch it.
 pub fn identity<T: EmbeddedServer>(s: &T) -> (&'static str, u32) {
     (T::NAME, s.pid())
@@ -156,6 +194,9 @@ mod tests {
     struct Flaky;
     impl EmbeddedServer for Flaky {
         const NAME: &'static str = "flaky";
+        const PACKAGE: &'static str = "flaky";
+        const BINARY: &'static str = "flaky";
+        const QEMU_MODULE: &'static str = "flaky.so";
         fn start(_: &Path) -> Result<Self, StorageError> {
             STARTS.fetch_add(1, Ordering::SeqCst);
             Err(StorageError::Invalid("port 2049 is taken".into()))
