@@ -489,6 +489,25 @@ mod tests {
     }
 
     #[test]
+    fn bad_storage_options_are_usage_errors_naming_the_valid_forms() {
+        for (flag, value, want) in [
+            ("--prealloc", "falloc", "valid: off, metadata, full"),
+            ("--nfs", "nfs://h", "nfs://HOST/EXPORT"),
+            ("--iscsi", "iscsi://h/x/1", "iscsi://PORTAL[:PORT]/IQN/LUN"),
+        ] {
+            let e = args(&[flag, value]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{flag}");
+            let msg = e.to_string();
+            assert!(msg.contains(flag) && msg.contains(want), "{msg}");
+        }
+        let c = args(&["--prealloc", "full"]).unwrap();
+        assert_eq!(
+            c.storage.prealloc,
+            Some(crate::storage::local::Prealloc::Full)
+        );
+    }
+
+    #[test]
     fn cli_overrides_and_errors() {
         let c = args(&[
             "--hypervisor",

@@ -196,6 +196,16 @@ impl MatrixConfig {
                 "backend 'lvm' needs --lvm-vg VG".into(),
             ));
         }
+        let lvm_names = [
+            ("volume group", &self.storage.lvm_vg),
+            ("thin pool", &self.storage.lvm_thin_pool),
+        ];
+        for (what, name) in lvm_names {
+            if let Some(n) = name {
+                crate::storage::lvm::validate_name(what, n, what == "thin pool")
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            }
+        }
         if self.storage.nfs.is_some() && self.storage.nfs_mount.is_some() {
             return Err(ConfigError::Invalid(
                 "--nfs and --nfs-mount contradict each other: give one".into(),
@@ -333,6 +343,13 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("'repeat'"));
         c = MatrixConfig::default();
+        c.storage.lvm_vg = Some("-vg".into());
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("starts with '-'"));
+        c.storage.lvm_vg = None;
         c.storage.nfs = Some("nfs://h/e".parse().unwrap());
         c.storage.nfs_mount = Some("/mnt".into());
         assert!(c.validate().unwrap_err().to_string().contains("contradict"));
