@@ -7,6 +7,9 @@
 use crate::cli::CleanupArgs;
 use crate::hypervisor::libvirt::Libvirt;
 use crate::storage::cmd::cmdline;
+use crate::storage::ganesha::Ganesha;
+use crate::storage::servers::EmbeddedServer;
+use crate::storage::tgt::{Tgt, SOCKET_DIR as TGTD_SOCKETS};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -48,9 +51,11 @@ pub struct Report {
 }
 
 /// The embedded servers vmbench starts; nothing else is ever signalled.
-const SERVER_COMMS: [&str; 3] = ["ganesha.nfsd", "tgtd", "rpcbind"];
-/// Where tgtd keeps its control sockets (a SIGKILLed tgtd leaves them behind).
-const TGTD_SOCKET_DIR: &str = "/var/run/tgtd";
+const SERVER_COMMS: [&str; 3] = [
+    <Ganesha as EmbeddedServer>::BINARY,
+    <Tgt as EmbeddedServer>::BINARY,
+    "rpcbind",
+];
 
 /// Runs cleanup; returns the exit code.
 pub fn run(a: &CleanupArgs) -> anyhow::Result<i32> {
@@ -159,7 +164,7 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             .push(format!("server {comm} (pid {pid}, {})", servers.display()));
         if !dry {
             kill_and_wait(pid);
-            if comm == "tgtd" {
+            if comm == <Tgt as EmbeddedServer>::BINARY {
                 remove_tgtd_sockets(pid_ctl_port(&cmdline(pid)));
             }
         }
@@ -238,8 +243,8 @@ fn kill_and_wait(pid: u32) {
 
 fn remove_tgtd_sockets(port: Option<u16>) {
     if let Some(p) = port {
-        let _ = std::fs::remove_file(format!("{TGTD_SOCKET_DIR}/socket.{p}"));
-        let _ = std::fs::remove_file(format!("{TGTD_SOCKET_DIR}/socket.{p}.lock"));
+        let _ = std::fs::remove_file(format!("{TGTD_SOCKETS}/socket.{p}"));
+        let _ = std::fs::remove_file(format!("{TGTD_SOCKETS}/socket.{p}.lock"));
     }
 }
 

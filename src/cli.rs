@@ -447,10 +447,21 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         };
     }
     opt!(local_dir);
-    opt!(prealloc);
-    opt!(nfs);
     opt!(nfs_mount);
-    opt!(iscsi);
+    // Typed options are parsed here, so a bad value is exit 2 before anything is created.
+    macro_rules! typed {
+        ($field:ident, $flag:literal) => {
+            if let Some(v) = &a.$field {
+                s.$field = Some(
+                    v.parse()
+                        .map_err(|e| CliError::Usage(format!("{}: {e}", $flag)))?,
+                );
+            }
+        };
+    }
+    typed!(prealloc, "--prealloc");
+    typed!(nfs, "--nfs");
+    typed!(iscsi, "--iscsi");
     opt!(lvm_vg);
     opt!(lvm_thin_pool);
     opt!(block_device);
@@ -511,6 +522,25 @@ mod tests {
             unreachable!()
         };
         matrix_config(&m)
+    }
+
+    #[test]
+    fn bad_storage_options_are_usage_errors_naming_the_valid_forms() {
+        for (flag, value, want) in [
+            ("--prealloc", "falloc", "valid: off, metadata, full"),
+            ("--nfs", "nfs://h", "nfs://HOST/EXPORT"),
+            ("--iscsi", "iscsi://h/x/1", "iscsi://PORTAL[:PORT]/IQN/LUN"),
+        ] {
+            let e = args(&[flag, value]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{flag}");
+            let msg = e.to_string();
+            assert!(msg.contains(flag) && msg.contains(want), "{msg}");
+        }
+        let c = args(&["--prealloc", "full"]).unwrap();
+        assert_eq!(
+            c.storage.prealloc,
+            Some(crate::storage::local::Prealloc::Full)
+        );
     }
 
     #[test]

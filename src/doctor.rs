@@ -90,7 +90,11 @@ pub async fn checks(a: &DoctorArgs) -> Vec<Check> {
         "unsupported",
     ));
     for b in Backend::ALL {
-        out.push(check(&format!("backend {b}"), backend(*b), "unsupported"));
+        out.push(check(
+            &format!("backend {b}"),
+            crate::storage::host_support(*b),
+            "unsupported",
+        ));
     }
     out.push(check(
         "host fio (for --host-baseline)",
@@ -128,53 +132,6 @@ async fn kvm(
     crate::matrix::probe::boot_probe(Hypervisor::Kvm, conn, image, &dir, &cancel, "doctor")
         .await
         .map(|()| "/dev/kvm present and a guest boots".into())
-}
-
-fn backend(b: Backend) -> Result<String, String> {
-    use crate::storage::StorageBackend;
-    let probe: Box<dyn StorageBackend> = match b {
-        Backend::Local => Box::new(crate::storage::local::LocalBackend::new(
-            std::env::temp_dir(),
-            crate::storage::local::Prealloc::Off,
-        )),
-        Backend::Nfs => return embedded("nfs-ganesha", "ganesha.nfsd", "block-nfs.so"),
-        Backend::Iscsi => return embedded("tgt", "tgtd", "block-iscsi.so"),
-        Backend::Lvm if !crate::storage::lvm::device_mapper_present() => {
-            return Err("no device-mapper (LVM volumes cannot be activated)".into())
-        }
-        Backend::Lvm => Box::new(crate::storage::lvm::LvmBackend::new(String::new(), None)),
-        Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
-    };
-    match probe.check() {
-        Ok(()) => Ok("available".into()),
-        // An LVM probe without a VG can only say whether device-mapper and lvm2 exist.
-        Err(u) if b == Backend::Lvm && u.0.contains("volume group") => {
-            Ok("device-mapper and lvm2 present; needs --lvm-vg".into())
-        }
-        Err(u) => Err(u.0),
-    }
-}
-
-fn embedded(pkg: &str, binary: &str, qemu_module: &str) -> Result<String, String> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .chain([Path::new("/usr/sbin").into()])
-                .any(|d| d.join(binary).exists())
-        })
-        .unwrap_or(false);
-    if !on_path {
-        return Err(format!("{binary} not found (install {pkg})"));
-    }
-    let module = Path::new("/usr/lib/x86_64-linux-gnu/qemu").join(qemu_module);
-    if !module.exists() {
-        return Err(format!(
-            "QEMU has no {qemu_module} (install qemu-block-extra)"
-        ));
-    }
-    Ok(format!(
-        "embedded {pkg} on 127.0.0.1 (or an external server)"
-    ))
 }
 
 fn tool_version(prog: &str, args: &[&str]) -> Result<String, String> {

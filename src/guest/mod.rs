@@ -2,7 +2,9 @@
 //! run to completion with heartbeats watched and every artifact size-checked. Everything the guest
 //! sends is untrusted; any violation is an error for the cell (with a reason), never a panic.
 
+pub mod boot;
 pub mod channel;
+pub mod dirs;
 
 use channel::Channel;
 use std::collections::BTreeMap;

@@ -17,16 +17,15 @@
 //! with xenconsoled's `--log=guest` (`/var/log/xen/console/guest-NAME.log`). An HVM guest gets
 //! its serial port written to `console_log` (libxl's `serial = "file:PATH"`).
 
-use super::xen::{self, Skip};
+use super::rules::{self, SkipReason};
+use super::xen::{Datapath, Skip};
 use super::{DiskSpec, DomainSpec, METADATA_NS};
-use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoMode, XenMode};
+use crate::cell::{Bus, CacheMode, Format, Hypervisor, XenMode};
 use crate::storage::{DiskSource, NetProtocol};
 use quick_xml::se::{QuoteLevel, SeError, Serializer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// Namespace prefix of the marker element in `<metadata>`.
-pub const METADATA_PREFIX: &str = "vmbench";
 /// Local name of the marker element in `<metadata>` (attributes `run` and `cell`).
 pub const METADATA_ELEMENT: &str = "marker";
 /// The guest device a Xen guest's second PV console (the agent channel) appears as; the first
@@ -78,10 +77,7 @@ pub enum DomainXmlError {
     #[error("{0} must be at least 1, got 0")]
     Zero(&'static str),
     /// Linux native AIO without O_DIRECT: QEMU refuses to start.
-    #[error(
-        "io=native needs cache=none or cache=directsync (O_DIRECT), got cache={0}; \
-         use io=threads or io=io_uring with cache={0}"
-    )]
+    #[error("{}", SkipReason::NativeAioNeedsDirect(*.0))]
     NativeAioNeedsDirect(CacheMode),
     /// Xen without PVH/HVM.
     #[error("hypervisor xen needs a xen mode (valid: pvh, hvm)")]
@@ -97,9 +93,22 @@ pub enum DomainXmlError {
     /// A disk Xen cannot reach through libxl, with what to do instead.
     #[error(transparent)]
     Xen(#[from] Skip),
+    /// Another hypervisor rule (see [`rules`]).
+    #[error(transparent)]
+    Rule(SkipReason),
     /// The serializer failed (a bug: the structs are fixed).
     #[error("serializing the domain XML")]
     Serialize(#[source] SeError),
+}
+
+impl From<SkipReason> for DomainXmlError {
+    fn from(r: SkipReason) -> Self {
+        match r {
+            SkipReason::NativeAioNeedsDirect(c) => DomainXmlError::NativeAioNeedsDirect(c),
+            SkipReason::XenDatapath(s) => DomainXmlError::Xen(s),
+            other => DomainXmlError::Rule(other),
+        }
+    }
 }
 
 /// The base kernel command line for a guest: console on the serial port (the Xen PV console for
@@ -119,21 +128,7 @@ pub fn kernel_cmdline(hv: Hypervisor, xen_mode: Option<XenMode>) -> String {
     s
 }
 
-/// The name the guest kernel gives the disk under test (first disk on its bus).
-pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
-    match (hv, bus) {
-        (Hypervisor::Xen, _) => "xvda",
-        (_, Bus::VirtioBlk) => "vda",
-        (_, Bus::VirtioScsi) => "sda",
-    }
-}
-
-/// Whether the disk's `cache`/`io` modes reach the hypervisor. libxl ignores them (blkback and
-/// Xen's qdisk choose their own), so for Xen they are not written and the matrix should not vary
-/// them or report them as measured.
-pub fn disk_tuning_applies(hv: Hypervisor) -> bool {
-    hv != Hypervisor::Xen
-}
+pub use super::rules::guest_device_name;
 
 /// Renders the libvirt domain XML for `spec`, or says why it cannot be expressed.
 pub fn render(spec: &DomainSpec) -> Result<String, DomainXmlError> {
@@ -247,14 +242,13 @@ fn qemu_devices<'a>(
     console_log: &'a str,
     channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
-    if disk.io == IoMode::Native && !matches!(disk.cache, CacheMode::None | CacheMode::Directsync) {
-        return Err(DomainXmlError::NativeAioNeedsDirect(disk.cache));
-    }
+    rules::check_disk(Hypervisor::Qemu, disk)?;
     check_serial(&disk.serial)?;
     let (kind, source) = source(&disk.source)?;
-    let (dev, bus) = match disk.bus {
-        Bus::VirtioBlk => ("vda", "virtio"),
-        Bus::VirtioScsi => ("sda", "scsi"),
+    let dev = guest_device_name(Hypervisor::Qemu, disk.bus);
+    let bus = match disk.bus {
+        Bus::VirtioBlk => "virtio",
+        Bus::VirtioScsi => "scsi",
     };
     Ok(Devices {
         disk: Disk {
@@ -290,7 +284,7 @@ fn xen_devices<'a>(
     console_log: &'a str,
     channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
-    let datapath = xen::datapath_for_source(&disk.source, disk.format)?;
+    let datapath = rules::check_disk(Hypervisor::Xen, disk)?.unwrap_or(Datapath::Qdisk);
     let (kind, source) = source(&disk.source)?;
     let (serial, console) = match mode {
         XenMode::Hvm => (Some(file_serial(console_log)), None),
@@ -317,7 +311,7 @@ fn xen_devices<'a>(
             },
             source,
             target: Target {
-                dev: "xvda",
+                dev: guest_device_name(Hypervisor::Xen, disk.bus),
                 bus: "xen",
             },
             // libxl drops disk serials; the guest finds the disk as xvda.

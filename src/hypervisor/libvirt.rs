@@ -104,11 +104,6 @@ impl Libvirt {
         (lib, hyp)
     }
 
-    /// The host name libvirt reports.
-    pub fn hostname(&self) -> String {
-        self.conn.get_hostname().unwrap_or_default()
-    }
-
     /// Starts a transient domain; the returned handle destroys it on drop.
     pub fn start_transient(&self, xml: &str) -> Result<RunningDomain, LibvirtError> {
         if xml.contains('\0') {

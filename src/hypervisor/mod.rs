@@ -3,9 +3,13 @@
 
 pub mod domain_xml;
 pub mod libvirt;
+pub mod rules;
+pub mod watch;
 pub mod xen;
 
-use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoMode, XenMode};
+pub use rules::{check, SkipReason};
+
+use crate::cell::{Bus, CacheMode, Cell, Format, Hypervisor, IoMode, XenMode};
 use crate::storage::DiskSource;
 use std::path::PathBuf;
 
@@ -61,4 +65,70 @@ pub struct DiskSpec {
     pub io: IoMode,
     /// Serial the agent uses to find it.
     pub serial: String,
+}
+
+/// The files a guest boots from and talks through.
+#[derive(Debug, Clone)]
+pub struct GuestFiles {
+    /// Guest kernel.
+    pub kernel: PathBuf,
+    /// Guest initramfs.
+    pub initrd: PathBuf,
+    /// Serial console log.
+    pub console_log: PathBuf,
+    /// The agent channel's unix socket.
+    pub channel_socket: PathBuf,
+}
+
+/// A guest's size.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizing {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+}
+
+impl DiskSpec {
+    /// The disk under test for `cell`, on `source`.
+    pub fn for_cell(cell: &Cell, source: DiskSource) -> DiskSpec {
+        DiskSpec {
+            source,
+            format: cell.format,
+            bus: cell.bus,
+            cache: cell.cache,
+            io: cell.io,
+            serial: vmbench_proto::TEST_DISK_SERIAL.into(),
+        }
+    }
+}
+
+impl DomainSpec {
+    /// The one way a domain is described for a cell (matrix cells, the dry run and the boot
+    /// probe alike): `name` must be unique per run; the kernel command line is the base one for
+    /// the cell's hypervisor (callers append test hooks to `cmdline`).
+    pub fn for_cell(
+        name: String,
+        run_id: &str,
+        cell: &Cell,
+        source: DiskSource,
+        size: Sizing,
+        files: GuestFiles,
+    ) -> DomainSpec {
+        DomainSpec {
+            name,
+            hypervisor: cell.hypervisor,
+            xen_mode: cell.xen_mode,
+            vcpus: size.vcpus,
+            memory_mib: size.memory_mib,
+            kernel: files.kernel,
+            initrd: files.initrd,
+            cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
+            console_log: files.console_log,
+            channel_socket: files.channel_socket,
+            disk: DiskSpec::for_cell(cell, source),
+            run_id: run_id.to_string(),
+            cell_id: cell.id(),
+        }
+    }
 }

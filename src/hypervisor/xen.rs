@@ -9,8 +9,8 @@
 //!   block protocol", so QEMU's libnfs/libiscsi are not reachable through libxl. The export must
 //!   be mounted on dom0, or the LUN logged in with dom0's initiator, and then used as a path.
 
-use crate::cell::{Backend, Format};
-use crate::storage::DiskSource;
+use crate::cell::Format;
+use crate::storage::{DiskSource, NetProtocol};
 use std::fmt;
 
 /// How a Xen guest's disk is served by dom0; recorded with the results.
@@ -51,32 +51,21 @@ pub struct Skip(pub String);
 /// The datapath label for KVM/QEMU cells, for reports: they always go through QEMU's block layer.
 pub const KVM_DATAPATH: &str = "qemu";
 
-/// The Xen datapath for a backend and format.
+/// The Xen datapath for a disk source and format: the one place the libxl rules are written.
 ///
-/// `host_attached` says whether the network storage is reachable as a path on dom0: for NFS
-/// the export is mounted on dom0 (the image is a file there), for iSCSI the LUN is logged in with
-/// dom0's initiator (a `/dev/disk/by-path/...` block device). It is ignored for the local
-/// backends, which are always paths on dom0.
-pub fn datapath(backend: Backend, format: Format, host_attached: bool) -> Result<Datapath, Skip> {
-    match backend {
-        Backend::Nfs if !host_attached => Err(Skip(NFS_URL_SKIP.to_string())),
-        Backend::Iscsi if !host_attached => Err(Skip(ISCSI_URL_SKIP.to_string())),
-        // An image file (local, or on an NFS mount) is never a block device: blkback cannot
-        // serve it, QEMU in dom0 can.
-        Backend::Local | Backend::Nfs => Ok(Datapath::Qdisk),
-        Backend::Block | Backend::Lvm | Backend::Iscsi => Ok(block_datapath(format)),
-    }
-}
-
-/// The Xen datapath for a libvirt disk source as [`render`](super::domain_xml::render) sees it.
-pub fn datapath_for_source(source: &DiskSource, format: Format) -> Result<Datapath, Skip> {
+/// Network storage works only when it is reachable as a path on dom0: an NFS export mounted on
+/// dom0 is a `File` source (an image file there), an iSCSI LUN logged in with dom0's initiator is
+/// a `Block` source (`/dev/disk/by-path/...`). QEMU's own `nfs://`/`iscsi://` clients are not
+/// reachable through libxl.
+pub fn datapath(source: &DiskSource, format: Format) -> Result<Datapath, Skip> {
     match source {
+        // An image file is never a block device: blkback cannot serve it, QEMU in dom0 can.
         DiskSource::File { .. } => Ok(Datapath::Qdisk),
         DiskSource::Block { .. } => Ok(block_datapath(format)),
         DiskSource::Network { protocol, .. } => Err(Skip(
             match protocol {
-                crate::storage::NetProtocol::Nfs => NFS_URL_SKIP,
-                crate::storage::NetProtocol::Iscsi => ISCSI_URL_SKIP,
+                NetProtocol::Nfs => NFS_URL_SKIP,
+                NetProtocol::Iscsi => ISCSI_URL_SKIP,
             }
             .to_string(),
         )),
@@ -103,89 +92,45 @@ const ISCSI_URL_SKIP: &str = "Xen (libxl) cannot open an iscsi:// network disk: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::NetProtocol;
 
-    /// The whole table: every backend x format x attachment.
-    #[test]
-    fn datapath_table() {
-        use Backend::*;
-        use Datapath::*;
-        use Format::*;
-        let ok = |d| Some(d);
-        let table: &[(Backend, Format, bool, Option<Datapath>)] = &[
-            (Local, Raw, false, ok(Qdisk)),
-            (Local, Qcow2, false, ok(Qdisk)),
-            (Local, Raw, true, ok(Qdisk)),
-            (Local, Qcow2, true, ok(Qdisk)),
-            (Block, Raw, false, ok(Phy)),
-            (Block, Qcow2, false, ok(Qdisk)),
-            (Block, Raw, true, ok(Phy)),
-            (Block, Qcow2, true, ok(Qdisk)),
-            (Lvm, Raw, false, ok(Phy)),
-            (Lvm, Qcow2, false, ok(Qdisk)),
-            (Lvm, Raw, true, ok(Phy)),
-            (Lvm, Qcow2, true, ok(Qdisk)),
-            (Nfs, Raw, true, ok(Qdisk)),
-            (Nfs, Qcow2, true, ok(Qdisk)),
-            (Nfs, Raw, false, None),
-            (Nfs, Qcow2, false, None),
-            (Iscsi, Raw, true, ok(Phy)),
-            (Iscsi, Qcow2, true, ok(Qdisk)),
-            (Iscsi, Raw, false, None),
-            (Iscsi, Qcow2, false, None),
-        ];
-        // Every combination is in the table exactly once.
-        assert_eq!(table.len(), Backend::ALL.len() * Format::ALL.len() * 2);
-        for &(b, f, attached, want) in table {
-            let got = datapath(b, f, attached);
-            match want {
-                Some(d) => assert_eq!(got, Ok(d), "{b} {f} attached={attached}"),
-                None => {
-                    let Skip(reason) = got.expect_err("must skip");
-                    assert!(reason.contains("libxl"), "{reason}");
-                    let fix = if b == Nfs {
-                        "mount the export on dom0"
-                    } else {
-                        "initiator"
-                    };
-                    assert!(reason.contains(fix), "{b}: {reason}");
-                }
-            }
+    fn net(protocol: NetProtocol) -> DiskSource {
+        DiskSource::Network {
+            protocol,
+            name: "x".into(),
+            host: "127.0.0.1".into(),
+            port: None,
         }
     }
 
+    /// The whole table: every kind of source x format. Local images and NFS mounted on dom0 are
+    /// files; block devices, LVs and iSCSI LUNs logged in on dom0 are block devices.
     #[test]
-    fn source_rules_agree_with_the_table() {
+    fn datapath_table() {
+        use Datapath::*;
+        use Format::*;
         let file = DiskSource::File {
             path: "/var/lib/x.img".into(),
         };
         let dev = DiskSource::Block {
             dev: "/dev/loop0".into(),
         };
-        for f in Format::ALL {
-            assert_eq!(
-                datapath_for_source(&file, *f),
-                datapath(Backend::Local, *f, false)
-            );
-            assert_eq!(
-                datapath_for_source(&dev, *f),
-                datapath(Backend::Block, *f, false)
-            );
+        let table: &[(&DiskSource, Format, Datapath)] = &[
+            (&file, Raw, Qdisk),
+            (&file, Qcow2, Qdisk),
+            (&dev, Raw, Phy),
+            (&dev, Qcow2, Qdisk),
+        ];
+        for &(src, f, want) in table {
+            assert_eq!(datapath(src, f), Ok(want), "{src:?} {f}");
         }
-        for (protocol, backend) in [
-            (NetProtocol::Nfs, Backend::Nfs),
-            (NetProtocol::Iscsi, Backend::Iscsi),
+        for (p, fix) in [
+            (NetProtocol::Nfs, "mount the export on dom0"),
+            (NetProtocol::Iscsi, "initiator"),
         ] {
-            let net = DiskSource::Network {
-                protocol,
-                name: "x".into(),
-                host: "127.0.0.1".into(),
-                port: None,
-            };
-            assert_eq!(
-                datapath_for_source(&net, Format::Raw),
-                datapath(backend, Format::Raw, false)
-            );
+            for f in Format::ALL {
+                let Skip(reason) = datapath(&net(p), *f).expect_err("must skip");
+                assert!(reason.contains("libxl") && reason.contains(fix), "{reason}");
+            }
         }
     }
 

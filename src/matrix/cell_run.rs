@@ -4,12 +4,12 @@
 //! handle's Drop) and tears the disk down (the caller's guard).
 
 use super::config::{parse_size, MatrixConfig};
-use super::faults;
 use super::progress::{parse_fio_eta, Output, Phase, Ui};
 use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
 use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
-use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec};
+use crate::hypervisor::watch;
+use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
 use crate::image::ImageInfo;
 use crate::metrics::{self, qmp, Sources};
 use crate::results::{CellResult, Metric, Outcome, Provenance, Timings};
@@ -162,11 +162,7 @@ async fn attempt(
     params.extend(disk.params.clone());
     params.insert("disk_bytes".into(), disk.size_bytes.to_string());
     if cell.hypervisor == Hypervisor::Xen {
-        let dp = crate::hypervisor::xen::datapath(
-            cell.backend,
-            cell.format,
-            cfg.storage.nfs_mount.is_some(),
-        )?;
+        let dp = crate::hypervisor::xen::datapath(&disk.source, cell.format)?;
         params.insert("datapath".into(), dp.to_string());
     } else {
         params.insert("datapath".into(), "qemu".into());
@@ -542,7 +538,7 @@ async fn run_job(
     let run = async {
         tokio::select! {
             r = guest.run(job, &limits, on_event) => r.map_err(|e| e.to_string()),
-            lost = faults::storage_lost(dom.clone(), env.server) => Err(lost),
+            lost = watch::storage_lost(dom.clone(), env.server) => Err(lost),
         }
     };
     cancellable(env.cancel, run)
@@ -559,7 +555,7 @@ fn describe_guest_error(e: &str, dom: &RunningDomain, console: &Path) -> String 
         // libvirt learns of a dead QEMU a moment after its sockets close.
         tokio::task::block_in_place(|| dom.wait_gone(Duration::from_secs(3)));
     }
-    match faults::domain_note(dom) {
+    match watch::domain_note(dom) {
         Some(note) if !e.starts_with("storage server lost") => format!("{e}; {note}"),
         _ => e.to_string(),
     }
@@ -656,29 +652,20 @@ fn domain_spec(
     sock_dir: &Path,
 ) -> DomainSpec {
     let cfg = env.cfg;
-    DomainSpec {
-        name: format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id),
-        hypervisor: cell.hypervisor,
-        xen_mode: cell.xen_mode,
-        vcpus: cfg.vcpus,
-        memory_mib: cfg.memory_mib,
+    let files = GuestFiles {
         kernel: env.image.kernel.clone(),
         initrd: env.image.initrd.clone(),
-        cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode)
-            + &cfg.test_hooks.cmdline_extra(seq),
         console_log: absolute(&dir.join("console.log")),
         channel_socket: sock_dir.join("agent.sock"),
-        disk: DiskSpec {
-            source: disk.source.clone(),
-            format: disk.format,
-            bus: cell.bus,
-            cache: cell.cache,
-            io: cell.io,
-            serial: TEST_DISK_SERIAL.into(),
-        },
-        run_id: env.run_id.to_string(),
-        cell_id: cell.id(),
-    }
+    };
+    let size = Sizing {
+        vcpus: cfg.vcpus,
+        memory_mib: cfg.memory_mib,
+    };
+    let name = format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id);
+    let mut spec = DomainSpec::for_cell(name, env.run_id, cell, disk.source.clone(), size, files);
+    spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
+    spec
 }
 
 fn absolute(p: &Path) -> PathBuf {

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use crate::storage::options::StorageConfig;
+
 /// Everything a matrix run needs; serialized into the run directory so `--resume` reruns the same.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -69,33 +71,7 @@ pub struct MatrixConfig {
     pub storage: StorageConfig,
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
-    pub test_hooks: super::faults::TestHooks,
-}
-
-/// Backend parameters; empty server fields mean "start an embedded server on loopback".
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StorageConfig {
-    /// Directory for local images. Default: the run's work directory.
-    pub local_dir: Option<PathBuf>,
-    /// qemu-img preallocation for local images: off, metadata, full. Default off.
-    pub prealloc: Option<String>,
-    /// External NFS server `nfs://HOST/EXPORT`. Default: embedded nfs-ganesha.
-    pub nfs: Option<String>,
-    /// A host directory where the NFS export is mounted (file disks instead of libnfs).
-    pub nfs_mount: Option<PathBuf>,
-    /// External iSCSI LUN `iscsi://PORTAL/IQN/LUN`. Default: embedded tgt.
-    pub iscsi: Option<String>,
-    /// LVM volume group for `lvm` cells.
-    pub lvm_vg: Option<String>,
-    /// Thin pool in that VG (thin volumes instead of thick).
-    pub lvm_thin_pool: Option<String>,
-    /// Block device for `block` cells (destroyed!).
-    pub block_device: Option<PathBuf>,
-    /// Required with `block_device`: confirms its contents may be destroyed.
-    pub allow_destroy: bool,
-    /// Use a block device even if it holds a filesystem signature.
-    pub force: bool,
+    pub test_hooks: super::test_hooks::TestHooks,
 }
 
 impl Default for MatrixConfig {
@@ -219,6 +195,16 @@ impl MatrixConfig {
             return Err(ConfigError::Invalid(
                 "backend 'lvm' needs --lvm-vg VG".into(),
             ));
+        }
+        let lvm_names = [
+            ("volume group", &self.storage.lvm_vg),
+            ("thin pool", &self.storage.lvm_thin_pool),
+        ];
+        for (what, name) in lvm_names {
+            if let Some(n) = name {
+                crate::storage::lvm::validate_name(what, n, what == "thin pool")
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            }
         }
         if self.storage.nfs.is_some() && self.storage.nfs_mount.is_some() {
             return Err(ConfigError::Invalid(
@@ -357,7 +343,14 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("'repeat'"));
         c = MatrixConfig::default();
-        c.storage.nfs = Some("nfs://h/e".into());
+        c.storage.lvm_vg = Some("-vg".into());
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("starts with '-'"));
+        c.storage.lvm_vg = None;
+        c.storage.nfs = Some("nfs://h/e".parse().unwrap());
         c.storage.nfs_mount = Some("/mnt".into());
         assert!(c.validate().unwrap_err().to_string().contains("contradict"));
     }

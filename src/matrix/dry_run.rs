@@ -4,9 +4,9 @@
 
 use super::config::MatrixConfig;
 use super::expand;
-use crate::cell::{Backend, Cell, Format};
-use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec, NAME_PREFIX};
-use crate::storage::{DiskSource, NetProtocol};
+use crate::cell::Cell;
+use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing, NAME_PREFIX};
+use crate::storage;
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -42,68 +42,19 @@ pub fn render(cfg: &MatrixConfig) -> String {
 
 fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
     let run = PathBuf::from("/RUN_DIR");
-    let ext = match cell.format {
-        Format::Qcow2 => "qcow2",
-        Format::Raw => "raw",
-    };
-    let source = match cell.backend {
-        Backend::Local => DiskSource::File {
-            path: cfg
-                .storage
-                .local_dir
-                .clone()
-                .unwrap_or(run.join("work/local"))
-                .join(format!("{}.{ext}", cell.id())),
-        },
-        Backend::Nfs => match &cfg.storage.nfs_mount {
-            Some(m) => DiskSource::File {
-                path: m.join(format!("{}.{ext}", cell.id())),
-            },
-            None => DiskSource::Network {
-                protocol: NetProtocol::Nfs,
-                name: format!("/vmbench/{}.{ext}", cell.id()),
-                host: "127.0.0.1".into(),
-                port: None,
-            },
-        },
-        Backend::Iscsi => DiskSource::Network {
-            protocol: NetProtocol::Iscsi,
-            name: format!("iqn.2026-12.dev.vmbench:run-{i:03}/1"),
-            host: "127.0.0.1".into(),
-            port: Some(3260),
-        },
-        Backend::Block => DiskSource::Block {
-            dev: cfg.storage.block_device.clone().unwrap_or_default(),
-        },
-        Backend::Lvm => DiskSource::Block {
-            dev: PathBuf::from(format!(
-                "/dev/{}/vmbench-{i:03}",
-                cfg.storage.lvm_vg.clone().unwrap_or_default()
-            )),
-        },
-    };
-    DomainSpec {
-        name: format!("{NAME_PREFIX}RUN-{i:03}"),
-        hypervisor: cell.hypervisor,
-        xen_mode: cell.xen_mode,
-        vcpus: cfg.vcpus,
-        memory_mib: cfg.memory_mib,
+    let source = storage::plan_source(&cfg.storage, cell, &run.join("work"), &run.join("servers"));
+    let files = GuestFiles {
         kernel: PathBuf::from("/IMAGE/vmlinuz"),
         initrd: PathBuf::from("/IMAGE/initrd.zst"),
-        cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
         console_log: run.join(format!("cells/{i:03}/console.log")),
         channel_socket: run.join(format!("work/cell-{i:03}/chan/agent.sock")),
-        disk: DiskSpec {
-            source,
-            format: cell.format,
-            bus: cell.bus,
-            cache: cell.cache,
-            io: cell.io,
-            serial: vmbench_proto::TEST_DISK_SERIAL.into(),
-        },
-        run_id: "RUN".into(),
-        cell_id: cell.id(),
-    }
+    };
+    let size = Sizing {
+        vcpus: cfg.vcpus,
+        memory_mib: cfg.memory_mib,
+    };
+    let name = format!("{NAME_PREFIX}RUN-{i:03}");
+    DomainSpec::for_cell(name, "RUN", cell, source, size, files)
 }
 
 #[cfg(test)]

@@ -5,10 +5,10 @@
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
-pub mod faults;
 pub mod probe;
 pub mod progress;
 pub mod runner;
+pub mod test_hooks;
 
 use crate::cell::{Backend, Bus, CacheMode, Cell, Hypervisor, IoMode, Layout, WorkloadId};
 use crate::workload::Engine;
@@ -102,28 +102,12 @@ fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
 
 /// Why a cell cannot exist at all (on any host), or `None`.
 pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
-    if cell.io == IoMode::Native && !matches!(cell.cache, CacheMode::None | CacheMode::Directsync) {
-        return Some(format!(
-            "io=native needs cache=none or directsync (QEMU refuses native AIO with cache={})",
-            cell.cache
-        ));
-    }
-    if cell.hypervisor == Hypervisor::Xen {
-        if cell.bus != Bus::VirtioBlk {
-            return Some(
-                "xen: disks use Xen's block frontend; the bus dimension applies to KVM/QEMU only"
-                    .into(),
-            );
-        }
-        if cell.cache != CacheMode::None || cell.io != IoMode::Native {
-            return Some("xen: cache and io modes are QEMU options; libxl sets its own".into());
-        }
-        let mounted = cfg.storage.nfs_mount.is_some();
-        if let Err(skip) = crate::hypervisor::xen::datapath(cell.backend, cell.format, mounted) {
-            return Some(format!("xen: {skip}"));
-        }
-    }
-    None
+    // Only the kind of source matters to the rules, not the run's directories.
+    let root = std::path::Path::new("/");
+    let source = crate::storage::plan_source(&cfg.storage, cell, root, root);
+    crate::hypervisor::check(cell, &source)
+        .err()
+        .map(|r| r.to_string())
 }
 
 /// Rule keys and their checks: every key must be a dimension and every value one of its values.

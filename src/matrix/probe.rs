@@ -3,17 +3,17 @@
 //! guest never prints a thing); Xen needs a libxl connection (checked by connecting); QEMU/TCG
 //! needs nothing beyond libvirt.
 
-use super::cell_run::{read_tail, Cancel};
+use super::cell_run::Cancel;
 use super::config::MatrixConfig;
-use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoMode};
-use crate::guest::{channel::Channel, Guest};
+use crate::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, WorkloadId};
+use crate::guest::boot::{self, BootError};
+use crate::guest::dirs;
 use crate::hypervisor::libvirt::Libvirt;
-use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec, NAME_PREFIX};
+use crate::hypervisor::{DomainSpec, GuestFiles, Sizing, NAME_PREFIX};
 use crate::image::ImageInfo;
 use crate::storage::DiskSource;
 use std::path::Path;
 use std::time::Duration;
-use vmbench_proto::TEST_DISK_SERIAL;
 
 /// How long a probe boot may take before the hypervisor is declared unable to boot the guest.
 pub const PROBE_BOOT_SECS: u64 = 30;
@@ -53,70 +53,56 @@ pub async fn boot_probe(
     cancel: &Cancel,
     run_id: &str,
 ) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
     let io = |e: std::io::Error| format!("probe setup: {e}");
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(io)?;
+    dirs::make_work_dir(dir).map_err(io)?;
     let disk = dir.join("probe.raw");
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(16 << 20))
         .map_err(io)?;
-    let chan = dir.join("chan");
-    std::fs::create_dir_all(&chan).map_err(io)?;
-    if let Ok(Some(u)) = nix::unistd::User::from_name("libvirt-qemu") {
-        let _ = nix::unistd::chown(&chan, Some(u.uid), Some(u.gid));
-    }
-    let console = dir.join("console.log");
-    let spec = DomainSpec {
-        name: format!("{NAME_PREFIX}{run_id}-probe-{hv}"),
+    let chan = dirs::make_channel_dir(dir).map_err(io)?;
+    // Not a matrix cell: a scratch raw file with the page cache, the gentlest datapath.
+    let cell = Cell {
         hypervisor: hv,
         xen_mode: None,
-        vcpus: 1,
-        memory_mib: 256,
+        backend: Backend::Local,
+        format: Format::Raw,
+        bus: Bus::VirtioBlk,
+        cache: CacheMode::Writeback,
+        io: IoMode::Threads,
+        layout: Layout::Raw,
+        workload: WorkloadId::Preset("probe".into()),
+    };
+    let files = GuestFiles {
         kernel: image.kernel.clone(),
         initrd: image.initrd.clone(),
-        cmdline: domain_xml::kernel_cmdline(hv, None),
-        console_log: console.clone(),
+        console_log: dir.join("console.log"),
         channel_socket: chan.join("agent.sock"),
-        disk: DiskSpec {
-            source: DiskSource::File { path: disk.clone() },
-            format: Format::Raw,
-            bus: Bus::VirtioBlk,
-            cache: CacheMode::Writeback,
-            io: IoMode::Threads,
-            serial: TEST_DISK_SERIAL.into(),
-        },
-        run_id: run_id.into(),
-        cell_id: format!("probe-{hv}"),
     };
-    let xml = domain_xml::render(&spec).map_err(|e| e.to_string())?;
-    let dom = conn.start_transient(&xml).map_err(|e| e.to_string())?;
-    let hello = async {
-        let c = Channel::connect(&spec.channel_socket, Duration::from_secs(10)).await?;
-        Guest::hello(c, Duration::from_secs(PROBE_BOOT_SECS)).await
+    let size = Sizing {
+        vcpus: 1,
+        memory_mib: 256,
     };
-    let r = tokio::select! {
-        r = hello => r.map_err(|e| e.to_string()),
-        _ = cancel.cancelled() => Err("interrupted".to_string()),
-    };
-    let r = match r {
-        Ok(mut g) => {
-            let _ = g.power_off().await;
+    let name = format!("{NAME_PREFIX}{run_id}-probe-{hv}");
+    let mut spec = DomainSpec::for_cell(
+        name,
+        run_id,
+        &cell,
+        DiskSource::File { path: disk },
+        size,
+        files,
+    );
+    spec.cell_id = format!("probe-{hv}");
+    let boot_timeout = Duration::from_secs(PROBE_BOOT_SECS);
+    let r = match boot::boot_and_hello(conn, &spec, boot_timeout, cancel.cancelled()).await {
+        Ok(mut b) => {
+            let _ = b.guest.power_off().await;
             Ok(())
         }
-        Err(e) => {
-            let tail = read_tail(&console, 10);
-            let tail = if tail.trim().is_empty() {
-                "(empty: the guest printed nothing)".into()
-            } else {
-                tail
-            };
-            Err(format!(
-                "probe boot failed: the guest never said hello ({e}); console tail: {tail}"
-            ))
+        Err(e @ (BootError::NoHello { .. } | BootError::Cancelled)) => {
+            Err(format!("probe boot failed: {e}"))
         }
+        Err(e) => Err(e.to_string()),
     };
-    drop(dom);
     let _ = std::fs::remove_dir_all(dir);
     r
 }

@@ -7,13 +7,14 @@ use super::cell_run::{self, Cancel, CellEnv};
 use super::config::MatrixConfig;
 use super::progress::{Output, Ui};
 use super::{expand, Plan};
-use crate::cell::{Backend, Cell, Hypervisor};
+use crate::cell::{Cell, Hypervisor};
 use crate::hypervisor::libvirt::Libvirt;
 use crate::image::{ImageInfo, ImageRequest};
 use crate::results::rundir::RunDir;
 use crate::results::store::Store;
 use crate::results::{CellResult, Outcome, Provenance, RunRecord, Timings};
-use crate::storage::{self, StorageBackend};
+use crate::storage;
+use crate::storage::servers::{OpenError, Servers};
 use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -248,12 +249,12 @@ async fn run_one(
     seq: usize,
     dir: &Path,
 ) -> Option<CellResult> {
-    let (mut backend, server) = match servers.backend_for(cfg, cell, work) {
-        Ok(b) => b,
-        Err(NotRunnable::Unsupported(r)) => {
+    let (mut backend, server) = match storage::open(&cfg.storage, cell.backend, servers, work) {
+        Ok(o) => (o.backend, o.server),
+        Err(OpenError::Unsupported(r)) => {
             return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
         }
-        Err(NotRunnable::Failed(r)) => return Some(not_run(cell, repeat, Outcome::Failed(r))),
+        Err(OpenError::Failed(r)) => return Some(not_run(cell, repeat, Outcome::Failed(r))),
     };
     if let Err(u) = backend.check() {
         return Some(not_run(
@@ -465,159 +466,4 @@ fn make_private_dir(p: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(p)?;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711))
-}
-
-/// A cell's backend and the embedded server (name, pid) behind it, if any.
-type BackendFor = (Box<dyn StorageBackend>, Option<(&'static str, u32)>);
-
-/// Why a cell's backend cannot be made.
-enum NotRunnable {
-    Unsupported(String),
-    Failed(String),
-}
-
-/// Embedded servers, started on first use and stopped when this is dropped.
-struct Servers {
-    dir: PathBuf,
-    ganesha: Option<Arc<storage::ganesha::Ganesha>>,
-    tgt: Option<Arc<storage::tgt::Tgt>>,
-    /// A server that failed to start fails every cell that needs it, with the same reason.
-    broken: BTreeMap<&'static str, String>,
-}
-
-impl Servers {
-    fn new(dir: PathBuf) -> Servers {
-        Servers {
-            dir,
-            ganesha: None,
-            tgt: None,
-            broken: BTreeMap::new(),
-        }
-    }
-
-    fn backend_for(
-        &mut self,
-        cfg: &MatrixConfig,
-        cell: &Cell,
-        work: &Path,
-    ) -> Result<BackendFor, NotRunnable> {
-        let st = &cfg.storage;
-        let failed = |e: storage::StorageError| NotRunnable::Failed(e.to_string());
-        Ok(match cell.backend {
-            Backend::Local => {
-                let prealloc = st
-                    .prealloc
-                    .as_deref()
-                    .unwrap_or("off")
-                    .parse::<storage::local::Prealloc>()
-                    .map_err(|e| NotRunnable::Failed(e.to_string()))?;
-                let dir = st.local_dir.clone().unwrap_or_else(|| work.join("local"));
-                (
-                    Box::new(storage::local::LocalBackend::new(dir, prealloc)),
-                    None,
-                )
-            }
-            Backend::Nfs => {
-                if let Some(m) = &st.nfs_mount {
-                    (Box::new(storage::nfs::NfsBackend::mounted(m.clone())), None)
-                } else if let Some(url) = &st.nfs {
-                    (
-                        Box::new(storage::nfs::NfsBackend::external(url).map_err(failed)?),
-                        None,
-                    )
-                } else {
-                    let g = self.ganesha()?;
-                    let pid = g.pid();
-                    (
-                        Box::new(storage::nfs::NfsBackend::embedded(g)),
-                        Some(("ganesha", pid)),
-                    )
-                }
-            }
-            Backend::Iscsi => {
-                if let Some(url) = &st.iscsi {
-                    (
-                        Box::new(storage::iscsi::IscsiBackend::external(url).map_err(failed)?),
-                        None,
-                    )
-                } else {
-                    let t = self.tgt()?;
-                    let pid = t.pid();
-                    (
-                        Box::new(storage::iscsi::IscsiBackend::embedded(t)),
-                        Some(("tgtd", pid)),
-                    )
-                }
-            }
-            Backend::Lvm => {
-                let vg = st.lvm_vg.clone().unwrap_or_default();
-                (
-                    Box::new(storage::lvm::LvmBackend::new(vg, st.lvm_thin_pool.clone())),
-                    None,
-                )
-            }
-            Backend::Block => {
-                let dev = st.block_device.clone().unwrap_or_default();
-                (
-                    Box::new(storage::block::BlockBackend::new(
-                        dev,
-                        st.allow_destroy,
-                        st.force,
-                    )),
-                    None,
-                )
-            }
-        })
-    }
-
-    fn ganesha(&mut self) -> Result<Arc<storage::ganesha::Ganesha>, NotRunnable> {
-        let dir = self.dir.join("ganesha");
-        embedded(
-            &mut self.ganesha,
-            &mut self.broken,
-            "ganesha",
-            |g| super::faults::process_alive(g.pid()),
-            || storage::ganesha::Ganesha::start(&dir),
-        )
-    }
-
-    fn tgt(&mut self) -> Result<Arc<storage::tgt::Tgt>, NotRunnable> {
-        let dir = self.dir.join("tgt");
-        embedded(
-            &mut self.tgt,
-            &mut self.broken,
-            "tgt",
-            |t| t.running(),
-            || storage::tgt::Tgt::start(&dir),
-        )
-    }
-}
-
-/// The running embedded server in `slot`, or a new one. A server that died during an earlier
-/// cell (which failed with the reason) is replaced; one that could not start fails every cell
-/// that needs it with the same reason, without retrying each time.
-fn embedded<T>(
-    slot: &mut Option<Arc<T>>,
-    broken: &mut BTreeMap<&'static str, String>,
-    name: &'static str,
-    alive: impl Fn(&T) -> bool,
-    start: impl FnOnce() -> Result<T, storage::StorageError>,
-) -> Result<Arc<T>, NotRunnable> {
-    if let Some(s) = slot.as_ref().filter(|s| alive(s)) {
-        return Ok(s.clone());
-    }
-    *slot = None;
-    if let Some(r) = broken.get(name) {
-        return Err(NotRunnable::Failed(r.clone()));
-    }
-    match start() {
-        Ok(s) => Ok(slot.insert(Arc::new(s)).clone()),
-        Err(storage::StorageError::Unsupported(u)) => Err(NotRunnable::Unsupported(format!(
-            "unsupported on this host: {u}"
-        ))),
-        Err(e) => {
-            broken.insert(name, e.to_string());
-            Err(NotRunnable::Failed(e.to_string()))
-        }
-    }
 }

@@ -5,7 +5,7 @@
 
 use super::cmd;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell, Format};
+use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,11 +38,6 @@ impl BlockBackend {
             accepted: false,
             dirty: false,
         }
-    }
-
-    /// The device.
-    pub fn dev(&self) -> &Path {
-        &self.dev
     }
 
     /// Every reason the device must not be used, empty when it may.
@@ -237,10 +232,6 @@ pub fn signatures(dev: &Path) -> Result<Vec<String>, StorageError> {
 }
 
 impl StorageBackend for BlockBackend {
-    fn kind(&self) -> Backend {
-        Backend::Block
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         let why = self.refusals();
         if why.is_empty() {
@@ -316,6 +307,7 @@ impl Drop for BlockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cell::Backend;
     use crate::storage::testutil;
 
     /// A loop device on a sparse file, detached (and the file removed) on drop.

@@ -37,6 +37,9 @@ pub struct Ganesha {
     rpcbind: Mutex<Option<Child>>,
 }
 
+/// The address ganesha binds and clients use (loopback only).
+pub const HOST: &str = "127.0.0.1";
+
 impl Ganesha {
     /// Writes `work_dir/ganesha.conf`, creates `work_dir/export` (0711 path), starts rpcbind if
     /// none runs, starts `ganesha.nfsd -F`, and waits until a probe file can be created over
@@ -94,7 +97,7 @@ impl Ganesha {
 
     /// The server address clients use.
     pub fn host(&self) -> &'static str {
-        "127.0.0.1"
+        HOST
     }
 
     /// ganesha's log file.

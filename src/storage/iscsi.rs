@@ -11,13 +11,14 @@
 use super::cmd;
 use super::tgt::Tgt;
 use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell, Format};
+use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A parsed `iscsi://PORTAL[:PORT]/IQN/LUN` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed `iscsi://PORTAL[:PORT]/IQN/LUN` URL (a string in TOML and config.json).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct IscsiUrl {
     /// Portal host name or IPv4 address.
     pub host: String,
@@ -93,6 +94,32 @@ impl IscsiUrl {
             Some(p) => format!("iscsi://{}:{p}/{}/{}", self.host, self.target, self.lun),
             None => format!("iscsi://{}/{}/{}", self.host, self.target, self.lun),
         }
+    }
+}
+
+impl std::fmt::Display for IscsiUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_url())
+    }
+}
+
+impl std::str::FromStr for IscsiUrl {
+    type Err = StorageError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IscsiUrl::parse(s)
+    }
+}
+
+impl TryFrom<String> for IscsiUrl {
+    type Error = StorageError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        IscsiUrl::parse(&s)
+    }
+}
+
+impl From<IscsiUrl> for String {
+    fn from(u: IscsiUrl) -> String {
+        u.to_url()
     }
 }
 
@@ -173,10 +200,15 @@ impl IscsiBackend {
 
     /// On an external LUN, `iscsi://PORTAL[:PORT]/IQN/LUN`; errors on a bad URL.
     pub fn external(url: &str) -> Result<Self, StorageError> {
-        Ok(IscsiBackend {
-            mode: IscsiMode::External(IscsiUrl::parse(url)?),
+        Ok(Self::external_url(IscsiUrl::parse(url)?))
+    }
+
+    /// On an external LUN, by an already parsed URL.
+    pub fn external_url(url: IscsiUrl) -> Self {
+        IscsiBackend {
+            mode: IscsiMode::External(url),
             created: Vec::new(),
-        })
+        }
     }
 
     /// The mode.
@@ -289,7 +321,8 @@ fn base_params(
     p
 }
 
-fn network_source(iqn: &str, lun: u32, host: &str, port: Option<u16>) -> DiskSource {
+/// libvirt's view of LUN `lun` of target `iqn` at the portal `host[:port]`.
+pub fn network_source(iqn: &str, lun: u32, host: &str, port: Option<u16>) -> DiskSource {
     DiskSource::Network {
         protocol: NetProtocol::Iscsi,
         name: format!("{iqn}/{lun}"),
@@ -338,10 +371,6 @@ fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
 }
 
 impl StorageBackend for IscsiBackend {
-    fn kind(&self) -> Backend {
-        Backend::Iscsi
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match &self.mode {

@@ -9,14 +9,14 @@
 
 use super::cmd;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell, Format};
+use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// How much of the image `qemu-img` allocates up front.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String", into = "String")]
 pub enum Prealloc {
     /// Nothing: a sparse file (qcow2 grows as the guest writes).
     Off,
@@ -51,6 +51,19 @@ impl Prealloc {
 impl std::fmt::Display for Prealloc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl TryFrom<String> for Prealloc {
+    type Error = crate::cell::UnknownValue;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<Prealloc> for String {
+    fn from(p: Prealloc) -> String {
+        p.as_str().to_string()
     }
 }
 
@@ -201,10 +214,6 @@ pub fn filesystem_name(path: &Path) -> String {
 }
 
 impl StorageBackend for LocalBackend {
-    fn kind(&self) -> Backend {
-        Backend::Local
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match dir_problem(&self.dir) {
@@ -221,13 +230,7 @@ impl StorageBackend for LocalBackend {
     ) -> Result<ProvisionedDisk, StorageError> {
         self.check()?;
         self.ensure_dir()?;
-        let name = format!(
-            "vmbench-{}-{}.{}",
-            cmd::unique_tag(),
-            cell.id(),
-            cell.format.as_str()
-        );
-        let path = self.dir.join(name);
+        let path = self.dir.join(super::image_name(&cmd::unique_tag(), cell));
         let argv = plan_qemu_img_create(&path, cell.format, self.prealloc, size_bytes);
         // Recorded before running: a half-written file is removed by teardown too.
         self.created.push(path.clone());

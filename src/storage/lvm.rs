@@ -8,7 +8,7 @@
 
 use super::cmd;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell, Format};
+use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -163,10 +163,6 @@ impl LvmBackend {
 }
 
 impl StorageBackend for LvmBackend {
-    fn kind(&self) -> Backend {
-        Backend::Lvm
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         self.validate().map_err(|e| Unsupported(e.to_string()))?;
         if !device_mapper_present() {
@@ -262,6 +258,7 @@ impl Drop for LvmBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cell::Backend;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

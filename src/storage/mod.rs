@@ -1,8 +1,13 @@
 //! Storage backends: where the disk under test lives, how it is provisioned and torn down, and
 //! what libvirt `<source>` it becomes. One file per backend; embedded servers (ganesha, tgt) in
-//! their own files, started once per matrix and stopped at its end.
+//! their own files, started once per matrix and stopped at its end ([`servers::Servers`]).
+//!
+//! [`open`] is the one place a backend is built from the configuration; [`plan_source`] is the
+//! one place that says, without creating anything, where a cell's disk will be (dry run, doctor).
 
 use crate::cell::{Backend, Cell, Format};
+use options::StorageConfig;
+use servers::{OpenError, Servers};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +19,8 @@ pub mod leftovers;
 pub mod local;
 pub mod lvm;
 pub mod nfs;
+pub mod options;
+pub mod servers;
 #[doc(hidden)]
 pub mod testutil;
 pub mod tgt;
@@ -119,8 +126,6 @@ pub struct ProvisionedDisk {
 /// What every backend does for a cell. `teardown` is idempotent and is called on every path out
 /// of a cell (success, failure, timeout, Ctrl-C), even when `provision` failed half way.
 pub trait StorageBackend: Send {
-    /// Which backend this is.
-    fn kind(&self) -> Backend;
     /// Whether this host can run it at all; `Err` carries the reason.
     fn check(&self) -> Result<(), Unsupported>;
     /// Create the disk for `cell` (size `size_bytes`), using `work` for any local files.
@@ -132,4 +137,229 @@ pub trait StorageBackend: Send {
     ) -> Result<ProvisionedDisk, StorageError>;
     /// Remove what `provision` created. Safe to call twice or without a provision.
     fn teardown(&mut self) -> Result<(), StorageError>;
+}
+
+/// A cell's backend, ready to provision, and the embedded server behind it (name, pid), if any,
+/// for the storage-lost watchdog and the results.
+pub struct Opened {
+    /// The backend.
+    pub backend: Box<dyn StorageBackend>,
+    /// The embedded server it uses.
+    pub server: Option<(&'static str, u32)>,
+}
+
+/// Builds `backend` from the configuration, starting its embedded server on first use. `work` is
+/// the run's work directory (local images go to `work/local` unless `local_dir` is set).
+pub fn open(
+    opts: &StorageConfig,
+    backend: Backend,
+    servers: &mut Servers,
+    work: &Path,
+) -> Result<Opened, OpenError> {
+    let plain = |b: Box<dyn StorageBackend>| Opened {
+        backend: b,
+        server: None,
+    };
+    Ok(match backend {
+        Backend::Local => plain(Box::new(local::LocalBackend::new(
+            local_dir(opts, work),
+            opts.prealloc.unwrap_or(local::Prealloc::Off),
+        ))),
+        Backend::Nfs => match (&opts.nfs_mount, &opts.nfs) {
+            (Some(m), _) => plain(Box::new(nfs::NfsBackend::mounted(m.clone()))),
+            (None, Some(url)) => plain(Box::new(nfs::NfsBackend::external_url(url.clone()))),
+            (None, None) => {
+                let g = servers.ganesha()?;
+                let server = Some(servers::identity(g.as_ref()));
+                Opened {
+                    backend: Box::new(nfs::NfsBackend::embedded(g)),
+                    server,
+                }
+            }
+        },
+        Backend::Iscsi => match &opts.iscsi {
+            Some(url) => plain(Box::new(iscsi::IscsiBackend::external_url(url.clone()))),
+            None => {
+                let t = servers.tgt()?;
+                let server = Some(servers::identity(t.as_ref()));
+                Opened {
+                    backend: Box::new(iscsi::IscsiBackend::embedded(t)),
+                    server,
+                }
+            }
+        },
+        Backend::Lvm => plain(Box::new(lvm::LvmBackend::new(
+            opts.lvm_vg.clone().unwrap_or_default(),
+            opts.lvm_thin_pool.clone(),
+        ))),
+        Backend::Block => plain(Box::new(block::BlockBackend::new(
+            opts.block_device.clone().unwrap_or_default(),
+            opts.allow_destroy,
+            opts.force,
+        ))),
+    })
+}
+
+/// Whether `backend` can run on this host at all, without creating or starting anything (for
+/// `vmbench doctor`): Ok with a note, or the reason.
+pub fn host_support(backend: Backend) -> Result<String, String> {
+    let probe: Box<dyn StorageBackend> = match backend {
+        Backend::Local => Box::new(local::LocalBackend::new(
+            std::env::temp_dir(),
+            local::Prealloc::Off,
+        )),
+        Backend::Nfs => return servers::installed::<ganesha::Ganesha>(),
+        Backend::Iscsi => return servers::installed::<tgt::Tgt>(),
+        Backend::Lvm if !lvm::device_mapper_present() => {
+            return Err("no device-mapper (LVM volumes cannot be activated)".into())
+        }
+        Backend::Lvm => Box::new(lvm::LvmBackend::new(String::new(), None)),
+        Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
+    };
+    match probe.check() {
+        Ok(()) => Ok("available".into()),
+        // An LVM probe without a VG can only say whether device-mapper and lvm2 exist.
+        Err(u) if backend == Backend::Lvm && u.0.contains("volume group") => {
+            Ok("device-mapper and lvm2 present; needs --lvm-vg".into())
+        }
+        Err(u) => Err(u.0),
+    }
+}
+
+fn local_dir(opts: &StorageConfig, work: &Path) -> PathBuf {
+    opts.local_dir.clone().unwrap_or_else(|| work.join("local"))
+}
+
+/// The name of a cell's image file; `tag` makes it unique (a reused name on NFS can be ESTALE).
+pub fn image_name(tag: &str, cell: &Cell) -> String {
+    format!("vmbench-{tag}-{}.{}", cell.id(), cell.format.as_str())
+}
+
+/// Placeholder for the parts of a name only known when the disk is made.
+pub const PLANNED_TAG: &str = "TAG";
+
+/// Where `cell`'s disk will be, as [`open`] + `provision` would make it, without creating or
+/// starting anything. Run-time parts (unique tags, ports an embedded server picks when the
+/// default is taken, LV names) are placeholders. `work` and `servers` are the run's work and
+/// server directories.
+pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Path) -> DiskSource {
+    let image = image_name(PLANNED_TAG, cell);
+    match cell.backend {
+        Backend::Local => DiskSource::File {
+            path: local_dir(opts, work).join(image),
+        },
+        Backend::Nfs => match (&opts.nfs_mount, &opts.nfs) {
+            (Some(m), _) => DiskSource::File {
+                path: m.join(image),
+            },
+            (None, Some(url)) => nfs::network_source(&url.host, &url.export, &image),
+            (None, None) => nfs::network_source(
+                ganesha::HOST,
+                &servers.join("ganesha/export").to_string_lossy(),
+                &image,
+            ),
+        },
+        Backend::Iscsi => match &opts.iscsi {
+            Some(u) => iscsi::network_source(&u.target, u.lun, &u.host, u.port),
+            None => iscsi::network_source(
+                &format!("{}:{PLANNED_TAG}", tgt::IQN_PREFIX),
+                1,
+                ganesha::HOST,
+                Some(tgt::DEFAULT_PORTAL_PORT),
+            ),
+        },
+        Backend::Block => DiskSource::Block {
+            dev: opts.block_device.clone().unwrap_or_default(),
+        },
+        Backend::Lvm => DiskSource::Block {
+            dev: lvm::lv_device(
+                opts.lvm_vg.as_deref().unwrap_or_default(),
+                &format!("vmbench-{PLANNED_TAG}"),
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use crate::cell::Format;
+
+    fn cell(backend: Backend) -> Cell {
+        testutil::cell(backend, Format::Qcow2)
+    }
+
+    fn plan(opts: &StorageConfig, b: Backend) -> DiskSource {
+        plan_source(
+            opts,
+            &cell(b),
+            Path::new("/R/work"),
+            Path::new("/R/servers"),
+        )
+    }
+
+    #[test]
+    fn planned_sources_follow_the_options() {
+        let mut o = StorageConfig::default();
+        let id = cell(Backend::Local).id();
+        assert_eq!(
+            plan(&o, Backend::Local),
+            DiskSource::File {
+                path: format!("/R/work/local/vmbench-TAG-{id}.qcow2").into()
+            }
+        );
+        let DiskSource::Network { name, host, .. } = plan(&o, Backend::Nfs) else {
+            panic!("embedded NFS is a network disk")
+        };
+        assert!(
+            name.starts_with("/R/servers/ganesha/export/vmbench-TAG-"),
+            "{name}"
+        );
+        assert_eq!(host, "127.0.0.1");
+        assert!(matches!(
+            plan(&o, Backend::Iscsi),
+            DiskSource::Network {
+                protocol: NetProtocol::Iscsi,
+                port: Some(3260),
+                ..
+            }
+        ));
+        o.nfs = Some("nfs://10.1.1.1/srv".parse().unwrap());
+        o.iscsi = Some("iscsi://10.1.1.2/iqn.2026-12.dev.x:t/3".parse().unwrap());
+        o.lvm_vg = Some("vg0".into());
+        o.block_device = Some("/dev/loop7".into());
+        let DiskSource::Network { name, host, .. } = plan(&o, Backend::Nfs) else {
+            panic!("external NFS is a network disk")
+        };
+        assert_eq!(
+            (host.as_str(), name.starts_with("/srv/vmbench-")),
+            ("10.1.1.1", true)
+        );
+        assert_eq!(
+            plan(&o, Backend::Iscsi),
+            DiskSource::Network {
+                protocol: NetProtocol::Iscsi,
+                name: "iqn.2026-12.dev.x:t/3".into(),
+                host: "10.1.1.2".into(),
+                port: None
+            }
+        );
+        assert_eq!(
+            plan(&o, Backend::Block),
+            DiskSource::Block {
+                dev: "/dev/loop7".into()
+            }
+        );
+        assert_eq!(
+            plan(&o, Backend::Lvm),
+            DiskSource::Block {
+                dev: "/dev/vg0/vmbench-TAG".into()
+            }
+        );
+        o.nfs = None;
+        o.nfs_mount = Some("/mnt/nfs".into());
+        assert!(
+            matches!(plan(&o, Backend::Nfs), DiskSource::File { path } if path.starts_with("/mnt/nfs"))
+        );
+    }
 }

@@ -13,7 +13,7 @@
 use super::cmd;
 use super::ganesha::Ganesha;
 use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Backend, Cell};
+use crate::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,8 +28,9 @@ pub const NFS_URL_OPTIONS: &[&str] = &[
     "debug",
 ];
 
-/// A parsed `nfs://HOST/EXPORT[?options]` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed `nfs://HOST/EXPORT[?options]` URL (a string in TOML and config.json).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct NfsUrl {
     /// Server host name or IPv4 address.
     pub host: String,
@@ -80,6 +81,36 @@ impl NfsUrl {
             s.push_str(&q.join("&"));
         }
         s
+    }
+}
+
+impl std::fmt::Display for NfsUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nfs://{}{}", self.host, self.export)?;
+        for (i, (k, v)) in self.options.iter().enumerate() {
+            write!(f, "{}{k}={v}", if i == 0 { '?' } else { '&' })?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for NfsUrl {
+    type Err = StorageError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        NfsUrl::parse(s)
+    }
+}
+
+impl TryFrom<String> for NfsUrl {
+    type Error = StorageError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        NfsUrl::parse(&s)
+    }
+}
+
+impl From<NfsUrl> for String {
+    fn from(u: NfsUrl) -> String {
+        u.to_string()
     }
 }
 
@@ -142,6 +173,16 @@ fn parse_options(q: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
+/// libvirt's view of image `name` in `export` on `host` (libnfs, NFSv3, portmapper ports).
+pub fn network_source(host: &str, export: &str, name: &str) -> DiskSource {
+    DiskSource::Network {
+        protocol: NetProtocol::Nfs,
+        name: format!("{export}/{name}"),
+        host: host.to_string(),
+        port: None,
+    }
+}
+
 /// Which NFS server the backend uses.
 #[derive(Debug, Clone)]
 pub enum NfsMode {
@@ -185,7 +226,12 @@ impl NfsBackend {
 
     /// On an external server, `nfs://HOST/EXPORT[?options]`; errors on a bad URL.
     pub fn external(url: &str) -> Result<Self, StorageError> {
-        Ok(Self::with(NfsMode::External(NfsUrl::parse(url)?)))
+        Ok(Self::external_url(NfsUrl::parse(url)?))
+    }
+
+    /// On an external server, by an already parsed URL.
+    pub fn external_url(url: NfsUrl) -> Self {
+        Self::with(NfsMode::External(url))
     }
 
     /// On an export already mounted at `dir` on the host (a file disk).
@@ -205,12 +251,7 @@ impl NfsBackend {
     }
 
     fn image_name(&mut self, cell: &Cell) -> String {
-        format!(
-            "vmbench-{}-{}.{}",
-            cmd::unique_tag(),
-            cell.id(),
-            cell.format.as_str()
-        )
+        super::image_name(&cmd::unique_tag(), cell)
     }
 
     fn provision_net(
@@ -273,12 +314,7 @@ impl NfsBackend {
         params.insert("url".into(), url);
         params.insert("image".into(), name.clone());
         Ok(ProvisionedDisk {
-            source: DiskSource::Network {
-                protocol: NetProtocol::Nfs,
-                name: format!("{export}/{name}"),
-                host,
-                port: None,
-            },
+            source: network_source(&host, &export, &name),
             format: cell.format,
             size_bytes,
             host_path: local,
@@ -368,10 +404,6 @@ fn remove(c: &Created, embedded_or_mounted: bool) -> Result<(), StorageError> {
 }
 
 impl StorageBackend for NfsBackend {
-    fn kind(&self) -> Backend {
-        Backend::Nfs
-    }
-
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match &self.mode {

@@ -18,7 +18,8 @@ use std::time::Duration;
 /// The iSCSI default port, used when free.
 pub const DEFAULT_PORTAL_PORT: u16 = 3260;
 /// Where tgtd keeps its control sockets.
-const SOCKET_DIR: &str = "/var/run/tgtd";
+/// Where tgtd keeps its control sockets (a SIGKILLed tgtd leaves them behind).
+pub const SOCKET_DIR: &str = "/var/run/tgtd";
 /// How long tgtd may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// The IQN prefix; the suffix is `<run>-<tid>`.

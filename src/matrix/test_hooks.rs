@@ -1,9 +1,7 @@
-//! Fault handling of a cell: test-only fault injection (hidden CLI options, never written to
-//! config.json), and the watch that fails a cell as soon as its storage server dies or QEMU pauses
-//! the domain on an I/O error, instead of letting the guest hang until the job's total timeout.
+//! Test hooks: fault injection for the fault-injection tests (hidden CLI options, never read
+//! from TOML nor written to config.json, so a production run cannot carry them). The production
+//! watch for lost storage is [`crate::hypervisor::watch`].
 
-use crate::hypervisor::libvirt::{DomainState, RunningDomain};
-use std::sync::Arc;
 use std::time::Duration;
 use vmbench_proto::Step;
 
@@ -99,47 +97,6 @@ impl TestHooks {
     }
 }
 
-/// True while process `pid` exists and is not a zombie (an embedded server is our child: once
-/// killed it stays a zombie until reaped, and is dead all the same).
-pub fn process_alive(pid: u32) -> bool {
-    crate::storage::cmd::pid_alive(pid)
-}
-
-/// Resolves with a reason once the cell's storage is lost: the embedded server's process died, or
-/// QEMU paused the domain on an I/O error. Never resolves while both are fine.
-pub async fn storage_lost(dom: Arc<RunningDomain>, server: Option<(&'static str, u32)>) -> String {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    loop {
-        tick.tick().await;
-        if let Some((name, pid)) = server {
-            if !process_alive(pid) {
-                return format!(
-                    "storage server lost: the embedded {name} (pid {pid}) exited during the job"
-                );
-            }
-        }
-        let d = dom.clone();
-        let state = tokio::task::spawn_blocking(move || d.state()).await;
-        if let Ok(DomainState::Paused(r)) = state {
-            if r == "I/O error" {
-                return "storage server lost: QEMU paused the domain on an I/O error".into();
-            }
-        }
-    }
-}
-
-/// What the domain's state adds to a guest error: a domain that is gone or paused explains a
-/// closed channel or a stall better than the channel itself can.
-pub fn domain_note(dom: &RunningDomain) -> Option<String> {
-    match dom.state() {
-        DomainState::Running => None,
-        DomainState::Gone => Some("the domain is gone: QEMU exited or was killed".into()),
-        DomainState::Crashed => Some("the domain crashed".into()),
-        DomainState::Paused(r) => Some(format!("the domain is paused ({r})")),
-        DomainState::Other(s) => Some(format!("the domain is in {s}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,20 +129,5 @@ mod tests {
         let s = h.apply(1, steps);
         assert_eq!(s.len(), 3);
         assert!(matches!(s[1], Step::Sysrq { key: 'c' }));
-    }
-
-    #[test]
-    fn zombies_and_missing_processes_are_dead() {
-        assert!(process_alive(std::process::id()));
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        // Not reaped yet: a zombie.
-        let end = std::time::Instant::now() + Duration::from_secs(5);
-        while process_alive(pid) && std::time::Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!process_alive(pid));
-        child.wait().unwrap();
-        assert!(!process_alive(pid));
     }
 }

@@ -1,0 +1,77 @@
+//! The storage part of the matrix configuration (`[storage]` in TOML, `storage` in
+//! config.json). Values are typed as soon as they are read: a bad preallocation or URL is a
+//! configuration error (exit 2) before anything is created.
+
+use super::iscsi::IscsiUrl;
+use super::local::Prealloc;
+use super::nfs::NfsUrl;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Backend parameters; empty server fields mean "start an embedded server on loopback".
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Directory for local images. Default: the run's work directory.
+    pub local_dir: Option<PathBuf>,
+    /// qemu-img preallocation for local images: off, metadata, full. Default off.
+    pub prealloc: Option<Prealloc>,
+    /// External NFS server `nfs://HOST/EXPORT`. Default: embedded nfs-ganesha.
+    pub nfs: Option<NfsUrl>,
+    /// A host directory where the NFS export is mounted (file disks instead of libnfs).
+    pub nfs_mount: Option<PathBuf>,
+    /// External iSCSI LUN `iscsi://PORTAL/IQN/LUN`. Default: embedded tgt.
+    pub iscsi: Option<IscsiUrl>,
+    /// LVM volume group for `lvm` cells.
+    pub lvm_vg: Option<String>,
+    /// Thin pool in that VG (thin volumes instead of thick).
+    pub lvm_thin_pool: Option<String>,
+    /// Block device for `block` cells (destroyed!).
+    pub block_device: Option<PathBuf>,
+    /// Required with `block_device`: confirms its contents may be destroyed.
+    pub allow_destroy: bool,
+    /// Use a block device even if it holds a filesystem signature.
+    pub force: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<StorageConfig, String> {
+        toml::from_str(s).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn typed_options_parse_and_round_trip_as_strings() {
+        let c = parse(
+            "prealloc = \"full\"\nnfs = \"nfs://10.0.0.2/srv/x?uid=0\"\n\
+             iscsi = \"iscsi://h:3261/iqn.2026-12.dev.x:t/2\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.prealloc, Some(Prealloc::Full));
+        assert_eq!(c.nfs.as_ref().unwrap().host, "10.0.0.2");
+        assert_eq!(c.iscsi.as_ref().unwrap().lun, 2);
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["prealloc"], "full");
+        assert_eq!(json["nfs"], "nfs://10.0.0.2/srv/x?uid=0");
+        assert_eq!(json["iscsi"], "iscsi://h:3261/iqn.2026-12.dev.x:t/2");
+        let back: StorageConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn bad_values_name_the_valid_forms() {
+        let e = parse("prealloc = \"falloc\"\n").unwrap_err();
+        assert!(
+            e.contains("'falloc'") && e.contains("off, metadata, full"),
+            "{e}"
+        );
+        let e = parse("nfs = \"http://h/x\"\n").unwrap_err();
+        assert!(e.contains("nfs://HOST/EXPORT"), "{e}");
+        let e = parse("nfs = \"nfs://h/x?foo=1\"\n").unwrap_err();
+        assert!(e.contains("valid: uid, gid"), "{e}");
+        let e = parse("iscsi = \"iscsi://h/iqn.2026-12.dev.x:t\"\n").unwrap_err();
+        assert!(e.contains("iscsi://PORTAL[:PORT]/IQN/LUN"), "{e}");
+    }
+}
