@@ -2,6 +2,7 @@
 //! combinations (with the reason, listed before the run starts), include/exclude rules, and the
 //! run order that interleaves repeats (A B C, C B A, ...) to spread drift over all cells.
 
+pub mod cell_error;
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
@@ -11,7 +12,6 @@ pub mod progress;
 pub mod runner;
 
 use crate::cell::{Backend, Bus, CacheMode, Cell, Hypervisor, IoMode, Layout, WorkloadId};
-use crate::workload::Engine;
 use config::{ConfigError, MatrixConfig};
 use std::collections::BTreeMap;
 
@@ -93,7 +93,8 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
 
 /// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured).
 fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
-    if asked == Layout::Raw && crate::workload::engine_of(w) == Engine::Bonnie {
+    let needs_fs = crate::workload::engine(w).is_ok_and(|e| e.needs_filesystem());
+    if asked == Layout::Raw && needs_fs {
         Layout::Ext4
     } else {
         asked

@@ -145,6 +145,95 @@ pub struct CellResult {
     /// Per-second samples by series key (e.g. `read_iops`), when logs were shipped.
     #[serde(default)]
     pub samples: BTreeMap<String, Vec<f64>>,
+    /// What kind of failure a failed cell had (the reason in `outcome` is for humans; this
+    /// groups failures in reports and comparisons). Absent in records older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+}
+
+/// What kind of failure ended a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The configuration cannot make this cell (size, job file, datapath).
+    Config,
+    /// The disk could not be provisioned (or its backend/server could not be made).
+    Provision,
+    /// A file or directory on the host could not be written.
+    HostIo,
+    /// libvirt refused the domain or is unreachable.
+    Hypervisor,
+    /// The guest never said hello in time.
+    BootTimeout,
+    /// The guest kernel panicked.
+    GuestPanic,
+    /// The guest went silent (no heartbeat) or its job outlived its limit.
+    Stalled,
+    /// The guest stopped (the agent's channel closed: QEMU exited or was killed).
+    GuestStopped,
+    /// The guest sent bad, oversized or garbage frames, or impossible results.
+    HostileGuest,
+    /// The guest agent reported an error.
+    AgentError,
+    /// The storage server died or QEMU paused the domain on an I/O error.
+    StorageLost,
+    /// The benchmark engine failed in the guest.
+    EngineFailed,
+    /// The libvirt connection was lost during the cell.
+    LibvirtLost,
+    /// A signal stopped the cell.
+    Interrupted,
+}
+
+impl FailureKind {
+    /// The stable name (as stored and exported).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Config => "config",
+            FailureKind::Provision => "provision",
+            FailureKind::HostIo => "host_io",
+            FailureKind::Hypervisor => "hypervisor",
+            FailureKind::BootTimeout => "boot_timeout",
+            FailureKind::GuestPanic => "guest_panic",
+            FailureKind::Stalled => "stalled",
+            FailureKind::GuestStopped => "guest_stopped",
+            FailureKind::HostileGuest => "hostile_guest",
+            FailureKind::AgentError => "agent_error",
+            FailureKind::StorageLost => "storage_lost",
+            FailureKind::EngineFailed => "engine_failed",
+            FailureKind::LibvirtLost => "libvirt_lost",
+            FailureKind::Interrupted => "interrupted",
+        }
+    }
+
+    /// The kind with this stable name.
+    pub fn parse(s: &str) -> Option<FailureKind> {
+        FailureKind::ALL.iter().copied().find(|k| k.as_str() == s)
+    }
+
+    /// Every kind.
+    pub const ALL: [FailureKind; 14] = [
+        FailureKind::Config,
+        FailureKind::Provision,
+        FailureKind::HostIo,
+        FailureKind::Hypervisor,
+        FailureKind::BootTimeout,
+        FailureKind::GuestPanic,
+        FailureKind::Stalled,
+        FailureKind::GuestStopped,
+        FailureKind::HostileGuest,
+        FailureKind::AgentError,
+        FailureKind::StorageLost,
+        FailureKind::EngineFailed,
+        FailureKind::LibvirtLost,
+        FailureKind::Interrupted,
+    ];
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl CellResult {

@@ -11,7 +11,7 @@
 
 #![warn(missing_docs)]
 
-use super::{Better, CellResult, Outcome, Provenance, RunRecord, Timings, Value};
+use super::{Better, CellResult, FailureKind, Outcome, Provenance, RunRecord, Timings, Value};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE runs (
@@ -90,6 +90,9 @@ CREATE TABLE provenance (
     vmbench      TEXT NOT NULL
 );
 ";
+
+/// Version 2: the kind of a failed cell's failure (NULL for other outcomes and older rows).
+const SCHEMA_V2: &str = "ALTER TABLE cells ADD COLUMN failure_kind TEXT;";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -510,7 +513,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT id, cell_id, repeat, cell, outcome, reason, provision_ms,
-                    boot_to_hello_ms, run_ms, teardown_ms, total_ms
+                    boot_to_hello_ms, run_ms, teardown_ms, total_ms, failure_kind
                  FROM cells WHERE run_id = ?1 ORDER BY id",
             )
             .ctx("loading cells")?;
@@ -530,6 +533,7 @@ impl Store {
                         teardown_ms: r.get::<_, i64>(9)? as u64,
                         total_ms: r.get::<_, i64>(10)? as u64,
                     },
+                    failure_kind: r.get(11)?,
                 })
             })
             .ctx("loading cells")?
@@ -553,6 +557,8 @@ impl Store {
             samples: self.load_samples(row.id)?,
             cell_id: row.cell_id,
             repeat: row.repeat,
+            // A kind this build does not know (written by a newer one) is left out.
+            failure_kind: row.failure_kind.as_deref().and_then(FailureKind::parse),
         })
     }
 
@@ -655,6 +661,7 @@ struct CellRow {
     outcome: String,
     reason: Option<String>,
     timings: Timings,
+    failure_kind: Option<String>,
 }
 
 /// Finished, covered its matrix, and nothing failed.
@@ -752,8 +759,8 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
     let t = &c.timings;
     tx.execute(
         "INSERT INTO cells (run_id, cell_id, repeat, cell, outcome, reason, provision_ms,
-            boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count, failure_kind)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             run_id,
             c.cell_id,
@@ -767,6 +774,7 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
             t.teardown_ms as i64,
             t.total_ms as i64,
             c.metrics.len() as i64,
+            c.failure_kind.map(FailureKind::as_str),
         ],
     )
     .ctx(&format!("inserting cell {} repeat {}", c.cell_id, c.repeat))?;
