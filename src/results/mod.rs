@@ -255,3 +255,32 @@ pub struct RunRecord {
     /// Every cell's result, in run order.
     pub cells: Vec<CellResult>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run.json cell written before `failure_kind` existed (cut down from a real run).
+    const OLD_RUN_JSON: &str = r#"{"run_id": "20261203-095212-499c", "started": "2026-12-03T09:52:12.485128611+00:00", "command": ["vmbench", "matrix", "--runtime", "10", "--ramp", "2"], "cells": [{"cell": {"hypervisor": "qemu", "xen_mode": null, "backend": "local", "format": "qcow2", "bus": "virtio-blk", "cache": "none", "io": "native", "layout": "raw", "workload": "pg-randrw"}, "cell_id": "qemu-local-qcow2-virtio-blk-none-native-raw-pg-randrw", "repeat": 0, "outcome": {"status": "failed", "reason": "storage server lost: the embedded tgtd (pid 7) exited during the job"}, "metrics": [{"key": "read_iops", "label": "Read IOPS", "unit": "IOPS", "better": "higher", "value": {"kind": "number", "value": 3304.069593}}], "params": {"datapath": "qemu"}, "provenance": {"host": "vm", "host_kernel": "6.18.44-fc-v1098", "cpu_model": "AMD EPYC", "qemu": "7.2.22", "libvirt": "9.0.0", "guest_kernel": "6.1.0-57-amd64", "fio": "fio-3.33", "bonnie": "2.00a+nmu1", "image": "c70360541028e85b", "vmbench": "0.1.0 (unknown)"}, "timings": {"provision_ms": 10, "boot_to_hello_ms": 9057, "run_ms": 13327, "teardown_ms": 1261, "total_ms": 23621}, "samples": {"read_iops": [3170.0, 3387.0]}}]}"#;
+
+    #[test]
+    fn old_run_json_without_failure_kind_loads() {
+        let rec: RunRecord = serde_json::from_str(OLD_RUN_JSON).unwrap();
+        let c = &rec.cells[0];
+        assert_eq!(c.failure_kind, None);
+        assert!(matches!(&c.outcome, Outcome::Failed(r) if r.starts_with("storage server lost")));
+        // Written back unchanged: no `failure_kind` key while there is none.
+        let again = serde_json::to_string(c).unwrap();
+        assert!(!again.contains("failure_kind"), "{again}");
+    }
+
+    #[test]
+    fn failure_kind_is_written_and_read_by_name() {
+        let mut rec: RunRecord = serde_json::from_str(OLD_RUN_JSON).unwrap();
+        rec.cells[0].failure_kind = Some(FailureKind::StorageLost);
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(text.contains(r#""failure_kind":"storage_lost""#), "{text}");
+        let back: RunRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, rec);
+    }
+}

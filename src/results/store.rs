@@ -914,3 +914,76 @@ fn decode_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
         .map(|c| f64::from_le_bytes(c.try_into().expect("chunks_exact gives 8 bytes")))
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell as the matrix writes it; `kind` on a failed one.
+    fn cell(repeat: u32, kind: Option<FailureKind>) -> CellResult {
+        let cell: crate::cell::Cell = serde_json::from_str(
+            r#"{"hypervisor": "qemu", "xen_mode": null, "backend": "local", "format": "qcow2",
+                "bus": "virtio-blk", "cache": "none", "io": "native", "layout": "raw",
+                "workload": "pg-randrw"}"#,
+        )
+        .unwrap();
+        CellResult {
+            cell_id: cell.id(),
+            cell,
+            repeat,
+            outcome: match kind {
+                Some(k) => Outcome::Failed(format!("failed: {k}")),
+                None => Outcome::Passed,
+            },
+            metrics: vec![],
+            params: BTreeMap::new(),
+            provenance: Provenance::default(),
+            timings: Timings::default(),
+            samples: BTreeMap::new(),
+            failure_kind: kind,
+        }
+    }
+
+    #[test]
+    fn a_version_1_database_gains_failure_kind_and_keeps_its_cells() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            // What a build of schema version 1 left behind, with one failed cell.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_version (version INTEGER NOT NULL);
+                 INSERT INTO schema_version VALUES (1);
+                 INSERT INTO runs (run_id, started, command, host) VALUES ('r', 't', '[]', 'h');",
+            )
+            .unwrap();
+            let old = cell(0, None);
+            conn.execute(
+                "INSERT INTO cells (run_id, cell_id, repeat, cell, outcome, reason, provision_ms,
+                    boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count)
+                 VALUES ('r', ?1, 0, ?2, 'failed', 'job failed', 0, 0, 0, 0, 0, 0)",
+                params![old.cell_id, serde_json::to_string(&old.cell).unwrap()],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO provenance VALUES (?1, 'h', '', '', '', '', '', '', '', '', '')",
+                [conn.last_insert_rowid()],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        store
+            .record_cell("r", &cell(1, Some(FailureKind::StorageLost)))
+            .unwrap();
+        let run = store.load_run("r").unwrap();
+        assert_eq!(run.cells[0].failure_kind, None);
+        assert_eq!(run.cells[0].outcome, Outcome::Failed("job failed".into()));
+        assert_eq!(run.cells[1].failure_kind, Some(FailureKind::StorageLost));
+        let v: i64 = store
+            .conn
+            .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+}
