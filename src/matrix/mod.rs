@@ -139,7 +139,9 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "cache" => v.parse::<CacheMode>().map(drop),
             "io" => v.parse::<IoMode>().map(drop),
             "layout" => v.parse::<Layout>().map(drop),
-            "workload" => v.parse::<WorkloadId>().map(drop),
+            "workload" => v
+                .parse::<WorkloadId>()
+                .and_then(|w| crate::workload::check(&w)),
             other => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \

@@ -7,7 +7,7 @@ pub mod bonnie;
 pub mod engine;
 pub mod fio;
 
-use crate::cell::WorkloadId;
+use crate::cell::{UnknownValue, WorkloadId};
 pub use engine::{
     Bonnie, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops, Parsed,
     WorkloadEngine,
@@ -125,6 +125,23 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
 }
 
+/// Accepts a workload this build can run: a preset in the table, or a job file. The error names
+/// the valid choices.
+pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
+    match w {
+        WorkloadId::Preset(name) if preset(name).is_none() => {
+            let mut valid: Vec<&'static str> = PRESETS.iter().map(|p| p.name).collect();
+            valid.push("file:PATH");
+            Err(UnknownValue {
+                what: "workload",
+                got: name.clone(),
+                valid,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The engine a workload runs: its preset's, or fio with the user's job file.
 pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
     match w {
@@ -134,5 +151,21 @@ pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
         WorkloadId::FioFile(path) => Ok(EngineHandle::Owned(Box::new(Fio {
             job: FioJob::File(path.clone()),
         }))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_presets_list_the_valid_ones() {
+        let w: WorkloadId = "pg".parse().unwrap();
+        let e = check(&w).unwrap_err().to_string();
+        assert!(e.starts_with("unknown workload 'pg'"), "{e}");
+        assert!(e.contains("pg-randrw") && e.contains("bonnie") && e.contains("file:PATH"));
+        assert!(check(&"bonnie".parse().unwrap()).is_ok());
+        assert!(check(&"file:/x.fio".parse().unwrap()).is_ok());
+        assert!(matches!(engine(&w), Err(EngineError::UnknownPreset(_))));
     }
 }
