@@ -211,7 +211,7 @@ impl RunCtx {
             work.as_os_str().as_encoded_bytes(),
         )?;
         let servers = Servers::new(self.rundir.path.join("servers"));
-        let conns = connect_all(&self.cfg, plan, &image, &work, ui, &self.cancel, run_id).await;
+        let conns = connect_all(self, plan, &image, &work).await;
         let prov = provenance(&conns, &image, &self.host);
         Ok(Hosts {
             shared: Shared { image, work, prov },
@@ -456,14 +456,12 @@ fn estimate_secs(cfg: &MatrixConfig) -> u64 {
 
 /// Connections per hypervisor, or the reason its cells cannot run here.
 async fn connect_all(
-    cfg: &MatrixConfig,
+    ctx: &RunCtx,
     plan: &Plan,
     image: &ImageInfo,
     work: &Path,
-    ui: &Ui,
-    cancel: &Cancel,
-    run_id: &str,
 ) -> BTreeMap<Hypervisor, Result<Libvirt, String>> {
+    let (cfg, cancel, run_id) = (&ctx.cfg, &ctx.cancel, &ctx.record.run_id);
     let hvs: BTreeSet<Hypervisor> = plan.cells.iter().map(|c| c.hypervisor).collect();
     let mut out = BTreeMap::new();
     for hv in hvs {
@@ -477,7 +475,7 @@ async fn connect_all(
             }
         };
         if let Err(reason) = &r {
-            ui.line(reason.clone());
+            ctx.ui.line(reason.clone());
         }
         out.insert(hv, r);
     }
