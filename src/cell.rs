@@ -168,7 +168,7 @@ impl IoMode {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum WorkloadId {
-    /// A built-in preset, by name (see [`crate::workload::PRESETS`]).
+    /// A built-in preset, by name (the workload module's preset table).
     Preset(String),
     /// `file:PATH`: a user fio job file.
     FioFile(std::path::PathBuf),
@@ -183,6 +183,9 @@ impl fmt::Display for WorkloadId {
     }
 }
 
+/// Parses the spelling only: `file:PATH` or a preset name. Which names exist is the workload
+/// module's table (`crate::workload::check` names the valid ones); the dimension types do not
+/// depend on it, and a record naming a preset this build lacks still loads.
 impl std::str::FromStr for WorkloadId {
     type Err = UnknownValue;
     fn from_str(s: &str) -> Result<Self, UnknownValue> {
@@ -190,20 +193,14 @@ impl std::str::FromStr for WorkloadId {
         if let Some(path) = s.strip_prefix("file:") {
             return Ok(WorkloadId::FioFile(path.into()));
         }
-        crate::workload::PRESETS
-            .iter()
-            .find(|p| p.name == s)
-            .map(|p| WorkloadId::Preset(p.name.to_string()))
-            .ok_or_else(|| {
-                let mut valid: Vec<&'static str> =
-                    crate::workload::PRESETS.iter().map(|p| p.name).collect();
-                valid.push("file:PATH");
-                UnknownValue {
-                    what: "workload",
-                    got: s.to_string(),
-                    valid,
-                }
-            })
+        if s.is_empty() {
+            return Err(UnknownValue {
+                what: "workload",
+                got: String::new(),
+                valid: vec!["a preset name", "file:PATH"],
+            });
+        }
+        Ok(WorkloadId::Preset(s.to_string()))
     }
 }
 
@@ -329,9 +326,7 @@ mod tests {
             e.to_string(),
             "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)"
         );
-        let e = "pg".parse::<WorkloadId>().unwrap_err();
-        assert!(e.to_string().contains("pg-randrw"), "{e}");
-        assert!(e.to_string().contains("file:PATH"), "{e}");
+        assert!("".parse::<WorkloadId>().is_err());
     }
 
     #[test]

@@ -48,6 +48,7 @@ fn result(backend: Backend, figures: [f64; 6], repeat: u32) -> CellResult {
         ));
     }
     CellResult {
+        failure_kind: None,
         cell_id: c.id(),
         cell: c,
         repeat,

@@ -37,6 +37,7 @@ fn prov() -> Provenance {
 fn repeat(backend: Backend, i: u32, metrics: Vec<Metric>) -> CellResult {
     let c = cell(backend);
     CellResult {
+        failure_kind: None,
         cell_id: c.id(),
         cell: c,
         repeat: i,

@@ -40,6 +40,7 @@ fn run_record() -> RunRecord {
         };
         let passed = outcome == Outcome::Passed;
         CellResult {
+            failure_kind: None,
             cell_id: cell.id(),
             cell,
             repeat,

@@ -210,7 +210,8 @@ fn fio_logs_of_two_jobs_are_summed() {
 #[test]
 fn job_text_rendering_and_user_job_checks() {
     let pg = PRESETS.iter().find(|p| p.name == "pg-randrw").unwrap();
-    let t = fio::render_preset(pg.job, 3, 1, "64M");
+    assert_eq!(pg.engine.name(), "fio");
+    let t = fio::render_preset(vmbench::workload::PG_RANDRW, 3, 1, "64M");
     assert!(t.contains("runtime=3\n") && t.contains("ramp_time=1\n") && t.contains("size=64M\n"));
     assert!(t.contains("filename={disk}"));
     let with = fio::with_log_options(&t, "pg");
@@ -256,19 +257,22 @@ fn fio_parse_only_uses_the_host_fio() {
 
 #[test]
 fn presets_exist_with_placeholders() {
-    for name in [
-        "seq-read-1m",
-        "seq-write-1m",
-        "rand-read-4k",
-        "rand-write-4k",
+    use vmbench::workload::{RAND_READ_4K, RAND_WRITE_4K, SEQ_READ_1M, SEQ_WRITE_1M};
+    for (name, job) in [
+        ("seq-read-1m", SEQ_READ_1M),
+        ("seq-write-1m", SEQ_WRITE_1M),
+        ("rand-read-4k", RAND_READ_4K),
+        ("rand-write-4k", RAND_WRITE_4K),
     ] {
         let p = PRESETS.iter().find(|p| p.name == name).unwrap();
+        assert_eq!(p.engine.name(), "fio");
         for ph in ["{disk}", "{runtime}", "{ramp}", "{size}", "iodepth=32"] {
-            assert!(p.job.contains(ph), "{name} lacks {ph}");
+            assert!(job.contains(ph), "{name} lacks {ph}");
         }
     }
     let b = PRESETS.iter().find(|p| p.name == "bonnie").unwrap();
-    assert_eq!(b.engine, vmbench::workload::Engine::Bonnie);
+    assert_eq!(b.engine.name(), "bonnie++");
+    assert!(b.engine.needs_filesystem());
 }
 
 #[test]

@@ -38,6 +38,7 @@ fn result(
     metrics: Vec<vmbench::results::Metric>,
 ) -> CellResult {
     CellResult {
+        failure_kind: None,
         cell_id: cell.id(),
         cell,
         repeat,

@@ -50,6 +50,7 @@ fn big_cell(i: usize) -> CellResult {
         .collect();
     let samples = BTreeMap::from([("read_iops".to_string(), vec![i as f64; 2000])]);
     CellResult {
+        failure_kind: None,
         cell_id: c.id(),
         cell: c,
         repeat: i as u32,

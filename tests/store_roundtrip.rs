@@ -93,6 +93,7 @@ fn result(backend: Backend, repeat: u32, outcome: Outcome, host: &str) -> CellRe
     samples.insert("read_iops".to_string(), AWKWARD.to_vec());
     samples.insert("write_iops".to_string(), vec![]);
     CellResult {
+        failure_kind: None,
         cell_id: c.id(),
         cell: c,
         repeat,

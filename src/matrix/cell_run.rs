@@ -3,25 +3,26 @@
 //! down. Every way out of a cell (success, failure, timeout, Ctrl-C) destroys the domain (the
 //! handle's Drop) and tears the disk down (the caller's guard).
 
+use super::cell_error::{CellError, ConsoleTail, DomainNote};
 use super::config::{parse_size, MatrixConfig};
-use super::progress::{parse_fio_eta, Output, Phase, Ui};
-use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
-use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
+use super::progress::{Output, Phase, Ui};
+use crate::cell::{Cell, Hypervisor, Layout};
+use crate::guest::{channel::Channel, Guest, GuestError, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::watch;
 use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
 use crate::image::ImageInfo;
 use crate::metrics::{self, qmp, Sources};
-use crate::results::{CellResult, Metric, Outcome, Provenance, Timings};
+use crate::results::{CellResult, FailureKind, Metric, Outcome, Provenance, Timings};
 use crate::storage::{ProvisionedDisk, StorageBackend};
-use crate::workload::{self, bonnie, fio, Engine};
+use crate::workload::{self, EngineHandle, EngineParams, EnginePlan, Parsed};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL, TEST_MOUNTPOINT};
+use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL};
 
 /// Set by SIGINT/SIGTERM; every wait in a cell also waits on it.
 #[derive(Default)]
@@ -74,18 +75,26 @@ pub struct CellEnv<'a> {
     pub provenance: &'a Provenance,
 }
 
-/// Why a cell did not pass.
-#[derive(Debug)]
-struct CellFailure {
-    reason: String,
+/// One cell run as it moves through its stages: what it was given, and what it has recorded so
+/// far (timings, parameters, provenance).
+struct CellCtx<'e, 'a> {
+    env: &'e CellEnv<'a>,
+    cell: &'e Cell,
+    seq: usize,
+    /// The cell's result directory (artifacts).
+    dir: &'e Path,
+    /// The cell's private work directory (disk, agent socket).
+    work: PathBuf,
+    timings: Timings,
+    params: BTreeMap<String, String>,
+    prov: Provenance,
 }
 
-impl<E: std::fmt::Display> From<E> for CellFailure {
-    fn from(e: E) -> Self {
-        CellFailure {
-            reason: e.to_string(),
-        }
-    }
+/// A running guest that said hello.
+struct Booted {
+    dom: Arc<RunningDomain>,
+    guest: Guest,
+    console: PathBuf,
 }
 
 /// Runs one cell run. The caller owns `backend` and tears it down after this returns.
@@ -98,470 +107,393 @@ pub async fn run_cell(
     dir: &Path,
 ) -> CellResult {
     let t0 = Instant::now();
-    let mut timings = Timings::default();
-    let mut params = BTreeMap::new();
-    let mut provenance = env.provenance.clone();
-    let res = attempt(
+    let mut ctx = CellCtx {
         env,
-        backend,
         cell,
         seq,
         dir,
-        &mut timings,
-        &mut params,
-        &mut provenance,
-    )
-    .await;
-    timings.total_ms = t0.elapsed().as_millis() as u64;
-    let (outcome, metrics, samples) = match res {
-        Ok((m, s)) => (Outcome::Passed, m, s),
-        Err(f) if env.cancel.is_cancelled() => (
-            Outcome::Failed(format!("interrupted: {}", f.reason)),
-            vec![],
-            BTreeMap::new(),
-        ),
-        Err(f) => (Outcome::Failed(f.reason), vec![], BTreeMap::new()),
+        work: env.work_dir.join(format!("cell-{seq:03}")),
+        timings: Timings::default(),
+        params: BTreeMap::new(),
+        prov: env.provenance.clone(),
     };
-    CellResult {
-        cell: cell.clone(),
-        cell_id: cell.id(),
-        repeat,
-        outcome,
-        metrics,
-        params,
-        provenance,
-        timings,
-        samples,
-    }
+    let res = ctx.pipeline(backend).await;
+    ctx.timings.total_ms = t0.elapsed().as_millis() as u64;
+    ctx.into_result(repeat, res)
 }
 
-type Measured = (Vec<Metric>, BTreeMap<String, Vec<f64>>);
-/// Metrics, per-second samples, and the engine's measured seconds.
-type Parsed = (Vec<Metric>, BTreeMap<String, Vec<f64>>, Option<f64>);
-
-#[allow(clippy::too_many_arguments)]
-async fn attempt(
-    env: &CellEnv<'_>,
-    backend: &mut dyn StorageBackend,
-    cell: &Cell,
-    seq: usize,
-    dir: &Path,
-    timings: &mut Timings,
-    params: &mut BTreeMap<String, String>,
-    prov: &mut Provenance,
-) -> Result<Measured, CellFailure> {
-    let cfg = env.cfg;
-    let plan = WorkPlan::new(cfg, cell, env.image)?;
-    env.ui.send(Output::Phase(Phase::Provision));
-    let t = Instant::now();
-    let cell_work = env.work_dir.join(format!("cell-{seq:03}"));
-    make_dir(&cell_work, 0o711)?;
-    let disk =
-        tokio::task::block_in_place(|| backend.provision(cell, plan.disk_bytes, &cell_work))?;
-    timings.provision_ms = t.elapsed().as_millis() as u64;
-    params.extend(disk.params.clone());
-    params.insert("disk_bytes".into(), disk.size_bytes.to_string());
-    if cell.hypervisor == Hypervisor::Xen {
-        let dp = crate::hypervisor::xen::datapath(&disk.source, cell.format)?;
-        params.insert("datapath".into(), dp.to_string());
-    } else {
-        params.insert("datapath".into(), "qemu".into());
+impl CellCtx<'_, '_> {
+    /// provision -> boot -> prefill -> measure -> collect -> teardown -> parse -> baseline. Every
+    /// early return drops the domain handle, which destroys the domain.
+    async fn pipeline(&mut self, backend: &mut dyn StorageBackend) -> Result<Parsed, CellError> {
+        let plan = WorkPlan::new(self.env.cfg, self.cell)?;
+        let disk = self.provision(backend, &plan)?;
+        let (spec, xml) = self.define(&disk, &plan)?;
+        let mut booted = self.boot(&spec, &xml).await?;
+        let t = Instant::now();
+        self.prefill(&mut booted, &plan).await?;
+        let (out, window) = self.measure(&mut booted, &plan).await?;
+        self.timings.run_ms = t.elapsed().as_millis() as u64;
+        self.collect(&out)?;
+        self.teardown(booted).await?;
+        let mut parsed = plan
+            .engine
+            .parse(&out.artifacts)
+            .map_err(CellError::BadOutput)?;
+        parsed
+            .metrics
+            .extend(window.finish(parsed.measured_secs, self.cell.hypervisor));
+        self.baseline(&plan, &disk, &mut parsed.metrics);
+        Ok(parsed)
     }
 
-    let sock_dir = channel_dir(&cell_work)?;
-    let spec = domain_spec(env, cell, seq, &disk, dir, &sock_dir);
-    let xml = domain_xml::render(&spec)?;
-    std::fs::write(dir.join("domain.xml"), &xml)?;
-    plan.write_jobs(dir)?;
-
-    env.ui.send(Output::Phase(Phase::Boot));
-    let t = Instant::now();
-    let dom = Arc::new(env.conn.start_transient(&xml)?);
-    let console = spec.console_log.clone();
-    let guest = cancellable(env.cancel, async {
-        let chan = Channel::connect(&spec.channel_socket, Duration::from_secs(10)).await?;
-        Guest::hello(chan, Duration::from_secs(cfg.boot_timeout)).await
-    })
-    .await
-    .map_err(|e| with_console(&format!("boot: {e}"), &console))?;
-    let mut guest = guest;
-    timings.boot_to_hello_ms = t.elapsed().as_millis() as u64;
-    prov.guest_kernel = guest.hello.kernel.clone();
-    prov.fio = guest.hello.fio_version.clone().unwrap_or_default();
-    prov.bonnie = guest.hello.bonnie_version.clone().unwrap_or_default();
-    std::fs::write(
-        dir.join("hello.json"),
-        serde_json::to_vec_pretty(&guest.hello).unwrap_or_default(),
-    )?;
-
-    let t = Instant::now();
-    if !plan.prep.is_empty() {
-        env.ui.send(Output::Phase(Phase::Prefill));
-        let job = Job {
-            id: 1,
-            disk_serial: TEST_DISK_SERIAL.into(),
-            steps: plan.prep.clone(),
+    /// The disk, and the parameters that say how it is reached.
+    fn provision(
+        &mut self,
+        backend: &mut dyn StorageBackend,
+        plan: &WorkPlan,
+    ) -> Result<ProvisionedDisk, CellError> {
+        self.env.ui.send(Output::Phase(Phase::Provision));
+        let t = Instant::now();
+        make_dir(&self.work, 0o711).map_err(CellError::host_io(format!(
+            "creating {}",
+            self.work.display()
+        )))?;
+        let disk = tokio::task::block_in_place(|| {
+            backend.provision(self.cell, plan.steps.disk_bytes, &self.work)
+        })
+        .map_err(CellError::Provision)?;
+        self.timings.provision_ms = t.elapsed().as_millis() as u64;
+        self.params.extend(disk.params.clone());
+        self.params
+            .insert("disk_bytes".into(), disk.size_bytes.to_string());
+        let datapath = if self.cell.hypervisor == Hypervisor::Xen {
+            crate::hypervisor::xen::datapath(&disk.source, self.cell.format)
+                .map_err(|s| CellError::Config(s.to_string()))?
+                .to_string()
+        } else {
+            "qemu".into()
         };
-        let out = run_job(env, &dom, &mut guest, job, &console, |_| {}).await?;
-        check_steps(&out, &plan.prep, &console)?;
+        self.params.insert("datapath".into(), datapath);
+        Ok(disk)
     }
-    drop_host_caches();
 
-    let sources = Sources {
-        qemu_pid: (cell.hypervisor != Hypervisor::Xen)
-            .then(|| dom.qemu_pid())
-            .flatten(),
-        server_pid: env.server.map(|s| s.1),
-        server_name: env.server.map(|s| s.0),
-    };
-    let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sampler = tokio::spawn(sample_window(
-        dom.clone(),
-        sources,
-        plan.window,
-        ev_rx,
-        cell.hypervisor,
-    ));
-    let ramp_step = plan.window.0 > 0;
-    env.ui.send(Output::Phase(if ramp_step {
-        Phase::Ramp
-    } else {
-        Phase::Run
-    }));
-    let ui = env.ui.clone();
-    let window_from = plan.window.0;
-    let job = Job {
-        id: 2,
-        disk_serial: TEST_DISK_SERIAL.into(),
-        steps: cfg.test_hooks.apply(seq, plan.measure.clone()),
-    };
-    let measured = run_job(env, &dom, &mut guest, job, &console, |e| {
-        if let JobEvent::Status { line, .. } = &e {
-            if let Some((r, w)) = parse_fio_eta(line) {
-                ui.send(Output::Live {
-                    read_iops: r,
-                    write_iops: w,
-                });
-            }
+    /// The domain's definition, written with the job files into the cell directory.
+    fn define(
+        &self,
+        disk: &ProvisionedDisk,
+        plan: &WorkPlan,
+    ) -> Result<(DomainSpec, String), CellError> {
+        let sock_dir = channel_dir(&self.work)
+            .map_err(CellError::host_io("creating the agent socket directory"))?;
+        let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        let xml = domain_xml::render(&spec).map_err(CellError::DomainXml)?;
+        self.write("domain.xml", &xml)?;
+        for (name, text) in &plan.steps.job_files {
+            self.write(name, text)?;
         }
-        if let JobEvent::StepDone { step } = e {
-            let _ = ev_tx.send(step);
-            if ramp_step && step == window_from {
-                ui.send(Output::Phase(Phase::Run));
+        Ok((spec, xml))
+    }
+
+    /// Starts the domain and waits for the agent's hello.
+    async fn boot(&mut self, spec: &DomainSpec, xml: &str) -> Result<Booted, CellError> {
+        self.env.ui.send(Output::Phase(Phase::Boot));
+        let t = Instant::now();
+        let dom = Arc::new(
+            self.env
+                .conn
+                .start_transient(xml)
+                .map_err(CellError::Hypervisor)?,
+        );
+        let boot_timeout = Duration::from_secs(self.env.cfg.boot_timeout);
+        let hello = cancellable(self.env.cancel, async {
+            let chan = Channel::connect(&spec.channel_socket, Duration::from_secs(10)).await?;
+            Guest::hello(chan, boot_timeout).await
+        })
+        .await;
+        let console = spec.console_log.clone();
+        let guest = match hello {
+            Ok(g) => g,
+            Err(Halt::Interrupted) => return Err(CellError::Interrupted),
+            Err(Halt::Failed(e)) => {
+                return Err(CellError::from_boot(e, ConsoleTail::read(&console, 15)))
             }
+        };
+        self.timings.boot_to_hello_ms = t.elapsed().as_millis() as u64;
+        self.prov.guest_kernel = guest.hello.kernel.clone();
+        self.prov.fio = guest.hello.fio_version.clone().unwrap_or_default();
+        self.prov.bonnie = guest.hello.bonnie_version.clone().unwrap_or_default();
+        let hello_json = serde_json::to_string_pretty(&guest.hello).unwrap_or_default();
+        self.write("hello.json", &hello_json)?;
+        Ok(Booted {
+            dom,
+            guest,
+            console,
+        })
+    }
+
+    /// mkfs and the engine's prefill, then the host's page cache out of the way.
+    async fn prefill(&self, b: &mut Booted, plan: &WorkPlan) -> Result<(), CellError> {
+        let prep = &plan.steps.prep;
+        if !prep.is_empty() {
+            self.env.ui.send(Output::Phase(Phase::Prefill));
+            let job = Job {
+                id: 1,
+                disk_serial: TEST_DISK_SERIAL.into(),
+                steps: prep.clone(),
+            };
+            let out = self.run_job(b, job, |_| {}).await?;
+            check_steps(&out, prep, &b.console)?;
         }
-    })
-    .await;
-    drop(ev_tx);
-    let window = sampler.await.unwrap_or_default();
-    let out = measured?;
-    check_steps(&out, &plan.measure, &console)?;
-    timings.run_ms = t.elapsed().as_millis() as u64;
-
-    env.ui.send(Output::Phase(Phase::Collect));
-    for (name, text) in &out.artifacts {
-        // Names were validated by the accumulator (plain file names only).
-        std::fs::write(dir.join(name), text)?;
-    }
-    env.ui.send(Output::Phase(Phase::Teardown));
-    let t = Instant::now();
-    let _ = guest.power_off().await;
-    let d2 = dom.clone();
-    tokio::task::spawn_blocking(move || d2.wait_gone(Duration::from_secs(15)))
-        .await
-        .ok();
-    dom.destroy();
-    timings.teardown_ms = t.elapsed().as_millis() as u64;
-    if !env.conn.is_alive() {
-        // The guest's own figures came over QEMU's socket, but the host-side window (QMP,
-        // domain CPU) went through the lost connection: an incomplete cell is a failed cell.
-        return Err(CellFailure {
-            reason: "libvirt connection lost during the cell (libvirtd restarted?): the host-side figures are incomplete".into(),
-        });
+        drop_host_caches();
+        Ok(())
     }
 
-    let (mut metrics, samples, io_secs) = plan.parse(&out)?;
-    metrics.extend(window.finish(io_secs, cell.hypervisor));
-    if cfg.host_baseline {
-        // The guest is gone and the disk still exists: the backing target is the host's alone.
+    /// The measured job, with the host-side window sampled around its measured step.
+    async fn measure(
+        &self,
+        b: &mut Booted,
+        plan: &WorkPlan,
+    ) -> Result<(JobOutput, Window), CellError> {
+        let hv = self.cell.hypervisor;
+        let sources = Sources {
+            qemu_pid: (hv != Hypervisor::Xen).then(|| b.dom.qemu_pid()).flatten(),
+            server_pid: self.env.server.map(|s| s.1),
+            server_name: self.env.server.map(|s| s.0),
+        };
+        let window = plan.steps.window;
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
+        let sampler = tokio::spawn(sample_window(b.dom.clone(), sources, window, ev_rx, hv));
+        let ramp_step = window.0 > 0;
+        let first = if ramp_step { Phase::Ramp } else { Phase::Run };
+        self.env.ui.send(Output::Phase(first));
+        let ui = self.env.ui.clone();
+        let engine = &*plan.engine;
+        let job = Job {
+            id: 2,
+            disk_serial: TEST_DISK_SERIAL.into(),
+            steps: (self.env.cfg.test_hooks).apply(self.seq, plan.steps.measure.clone()),
+        };
+        let measured = self
+            .run_job(b, job, |e| match e {
+                JobEvent::Status { line, .. } => {
+                    if let Some(live) = engine.live_iops(line) {
+                        ui.send(Output::Live {
+                            read_iops: live.read,
+                            write_iops: live.write,
+                        });
+                    }
+                }
+                JobEvent::StepDone { step } => {
+                    let _ = ev_tx.send(step);
+                    if ramp_step && step == window.0 {
+                        ui.send(Output::Phase(Phase::Run));
+                    }
+                }
+            })
+            .await;
+        drop(ev_tx);
+        let sampled = sampler.await.unwrap_or_default();
+        let out = measured?;
+        check_steps(&out, &plan.steps.measure, &b.console)?;
+        Ok((out, sampled))
+    }
+
+    /// The guest's artifacts into the cell directory.
+    fn collect(&self, out: &JobOutput) -> Result<(), CellError> {
+        self.env.ui.send(Output::Phase(Phase::Collect));
+        for (name, text) in &out.artifacts {
+            // Names were validated by the accumulator (plain file names only).
+            self.write(name, text)?;
+        }
+        Ok(())
+    }
+
+    /// Powers the guest off (destroying it if it does not go) and checks that the host-side
+    /// figures came through a live connection.
+    async fn teardown(&mut self, b: Booted) -> Result<(), CellError> {
+        self.env.ui.send(Output::Phase(Phase::Teardown));
+        let t = Instant::now();
+        let Booted { dom, mut guest, .. } = b;
+        let _ = guest.power_off().await;
+        let d2 = dom.clone();
+        tokio::task::spawn_blocking(move || d2.wait_gone(Duration::from_secs(15)))
+            .await
+            .ok();
+        dom.destroy();
+        self.timings.teardown_ms = t.elapsed().as_millis() as u64;
+        if !self.env.conn.is_alive() {
+            // The guest's own figures came over QEMU's socket, but the host-side window (QMP,
+            // domain CPU) went through the lost connection: an incomplete cell is a failed cell.
+            return Err(CellError::LibvirtLost);
+        }
+        Ok(())
+    }
+
+    /// The host baseline (`--host-baseline`): the guest is gone and the disk still exists, so
+    /// the backing target is the host's alone.
+    fn baseline(&mut self, plan: &WorkPlan, disk: &ProvisionedDisk, metrics: &mut Vec<Metric>) {
+        let cfg = self.env.cfg;
+        if !cfg.host_baseline {
+            return;
+        }
         let b = tokio::task::block_in_place(|| {
-            let prefill = plan.prefill_job.as_deref().filter(|_| cfg.prefill);
-            let job = plan.baseline_job.as_deref();
-            workload::baseline::run(
-                job,
-                prefill,
-                disk.host_path.as_deref(),
-                &metrics,
-                &cell_work,
-            )
+            let prefill = plan.steps.prefill_job.as_deref().filter(|_| cfg.prefill);
+            let job = plan.steps.baseline_job.as_deref();
+            let host_path = disk.host_path.as_deref();
+            workload::baseline::run(job, prefill, host_path, metrics, &self.work)
         });
-        params.extend(b.params);
+        self.params.extend(b.params);
         metrics.extend(b.metrics);
     }
-    Ok((metrics, samples))
+
+    /// Runs a job; a lost storage server or an I/O-error pause fails it at once (the guest's I/O
+    /// would otherwise hang until the total timeout while its heartbeats go on).
+    async fn run_job(
+        &self,
+        b: &mut Booted,
+        job: Job,
+        on_event: impl FnMut(JobEvent<'_>),
+    ) -> Result<JobOutput, CellError> {
+        let cfg = self.env.cfg;
+        let mut limits = JobLimits {
+            total_timeout: Duration::from_secs(cfg.runtime as u64 * 4 + cfg.ramp as u64 + 600),
+            ..JobLimits::default()
+        };
+        if let Some(hb) = cfg.test_hooks.heartbeat_timeout {
+            limits.heartbeat_timeout = hb;
+        }
+        let dom = &b.dom;
+        let run = async {
+            tokio::select! {
+                r = b.guest.run(job, &limits, on_event) => r.map_err(JobStop::Guest),
+                lost = watch::storage_lost(dom.clone(), self.env.server) => {
+                    Err(JobStop::StorageLost(lost))
+                }
+            }
+        };
+        match cancellable(self.env.cancel, run).await {
+            Ok(out) => Ok(out),
+            Err(Halt::Interrupted) => Err(CellError::Interrupted),
+            Err(Halt::Failed(stop)) => Err(describe_stop(stop, dom, &b.console)),
+        }
+    }
+
+    /// Writes a file into the cell directory.
+    fn write(&self, name: &str, text: &str) -> Result<(), CellError> {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(CellError::host_io(format!("writing {}", path.display())))
+    }
+
+    /// The result: the text of a failure for humans, its kind for grouping.
+    fn into_result(self, repeat: u32, res: Result<Parsed, CellError>) -> CellResult {
+        let (outcome, parsed, failure_kind) = match res {
+            Ok(p) => (Outcome::Passed, p, None),
+            Err(e) if self.env.cancel.is_cancelled() => (
+                Outcome::Failed(format!("interrupted: {e}")),
+                Parsed::default(),
+                Some(FailureKind::Interrupted),
+            ),
+            Err(e) => (
+                Outcome::Failed(e.to_string()),
+                Parsed::default(),
+                Some(e.kind()),
+            ),
+        };
+        CellResult {
+            cell: self.cell.clone(),
+            cell_id: self.cell.id(),
+            repeat,
+            outcome,
+            metrics: parsed.metrics,
+            params: self.params,
+            provenance: self.prov,
+            timings: self.timings,
+            samples: parsed.samples,
+            failure_kind,
+        }
+    }
 }
 
-/// The steps and sizes a cell's workload needs.
+/// What stopped a job before it finished.
+enum JobStop {
+    Guest(GuestError),
+    StorageLost(String),
+}
+
+/// A wait that failed, or was cut short by a signal.
+enum Halt<E> {
+    Failed(E),
+    Interrupted,
+}
+
+/// A stopped job as the cell's error. The console's kernel panic explains a closed channel or a
+/// stall better than the channel can, and the domain's state (gone, paused) better than a
+/// timeout.
+fn describe_stop(stop: JobStop, dom: &RunningDomain, console: &Path) -> CellError {
+    let tail = read_tail(console, 60);
+    if let Some(line) = tail.lines().find(|l| l.contains("Kernel panic")) {
+        return CellError::GuestPanic {
+            line: line.trim().to_string(),
+            console: ConsoleTail::read(console, 15),
+        };
+    }
+    match stop {
+        JobStop::StorageLost(reason) => CellError::StorageLost {
+            reason,
+            console: ConsoleTail::read(console, 15),
+        },
+        JobStop::Guest(e) => {
+            if matches!(e, GuestError::Closed { .. }) {
+                // libvirt learns of a dead QEMU a moment after its sockets close.
+                tokio::task::block_in_place(|| dom.wait_gone(Duration::from_secs(3)));
+            }
+            let note = DomainNote(watch::domain_note(dom));
+            CellError::from_guest(e, note, ConsoleTail::read(console, 15))
+        }
+    }
+}
+
+/// The steps and sizes a cell's workload needs: the engine's plan, after the cell's own mkfs.
 struct WorkPlan {
-    engine: Engine,
-    disk_bytes: u64,
-    prep: Vec<Step>,
-    measure: Vec<Step>,
-    /// The host-side window: from the end of `measure[.0]` to the end of `measure[.1]`.
-    window: (u32, u32),
-    /// The measured fio job with `{disk}` for the target and vmbench's ramp in it (the host
-    /// baseline runs it as one job), or `None` for bonnie++.
-    baseline_job: Option<String>,
-    /// The prefill job with `{disk}`.
-    prefill_job: Option<String>,
+    engine: EngineHandle,
+    steps: EnginePlan,
 }
-
-const LOG_PREFIX: &str = "vmbench";
 
 impl WorkPlan {
-    fn new(cfg: &MatrixConfig, cell: &Cell, _image: &ImageInfo) -> Result<WorkPlan, CellFailure> {
-        let engine = workload::engine_of(&cell.workload);
+    fn new(cfg: &MatrixConfig, cell: &Cell) -> Result<WorkPlan, CellError> {
+        let engine = workload::engine(&cell.workload).map_err(CellError::Plan)?;
         let fs = match cell.layout {
             Layout::Raw => None,
             Layout::Ext4 => Some(Filesystem::Ext4),
             Layout::Xfs => Some(Filesystem::Xfs),
         };
-        let mut prep = Vec::new();
+        let target = match fs {
+            Some(_) => "{dir}/vmbench.fio",
+            None => "{disk}",
+        };
+        let size_bytes = parse_size(&cfg.size).map_err(CellError::Config)?;
+        let params = EngineParams {
+            runtime: cfg.runtime,
+            ramp: cfg.ramp,
+            size: &cfg.size,
+            size_bytes,
+            prefill: cfg.prefill,
+            memory_mib: cfg.memory_mib,
+            bonnie_files: cfg.bonnie_files,
+            disk_mib: cfg.disk_mib,
+            target,
+        };
+        let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
         if let Some(fs) = fs {
-            prep.push(Step::Mkfs { fs });
+            steps.prep.insert(0, Step::Mkfs { fs });
         }
-        let target = if fs.is_some() {
-            "{dir}/vmbench.fio"
-        } else {
-            "{disk}"
-        };
-        let mut disk_bytes = cfg.disk_mib << 20;
-        let (mut baseline_job, mut prefill_text) = (None, None);
-        let mut window = (0, 1);
-        let measure = match engine {
-            Engine::Fio => {
-                if cfg.prefill {
-                    prep.push(Step::Fio {
-                        job_text: prefill_job(target, &cfg.size),
-                        args: vec![],
-                        output_name: "prefill.json".into(),
-                        log_prefix: None,
-                    });
-                }
-                prefill_text = Some(prefill_job("{disk}", &cfg.size));
-                baseline_job = Some(fio_job_text(cfg, &cell.workload, cfg.ramp)?);
-                let mut steps = vec![Step::DropCaches];
-                if let Some(ramp) = ramp_job(cfg, &cell.workload, target) {
-                    steps.push(ramp);
-                    window = (1, 2);
-                }
-                let job = fio_job_text(cfg, &cell.workload, 0)?.replace("{disk}", target);
-                steps.push(Step::Fio {
-                    job_text: fio::with_log_options(&job, LOG_PREFIX),
-                    args: vec![],
-                    output_name: "fio.json".into(),
-                    log_prefix: Some(LOG_PREFIX.into()),
-                });
-                steps
-            }
-            Engine::Bonnie => {
-                // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
-                disk_bytes = disk_bytes.max((cfg.memory_mib * 3) << 20);
-                vec![
-                    Step::DropCaches,
-                    Step::Bonnie {
-                        args: bonnie::default_args(
-                            cfg.memory_mib,
-                            TEST_MOUNTPOINT,
-                            cfg.bonnie_files,
-                            "vmbench",
-                        ),
-                        output_name: "bonnie.txt".into(),
-                    },
-                ]
-            }
-        };
-        let size = parse_size(&cfg.size).map_err(CellFailure::from)?;
-        if engine == Engine::Fio && size > disk_bytes {
-            return Err(CellFailure {
-                reason: format!(
-                    "fio size {} is larger than the disk ({} MiB)",
-                    cfg.size, cfg.disk_mib
-                ),
-            });
-        }
-        Ok(WorkPlan {
-            engine,
-            disk_bytes,
-            prep,
-            measure,
-            window,
-            baseline_job,
-            prefill_job: prefill_text,
-        })
-    }
-
-    /// The exact job texts the guest runs, as artifacts: `job.fio` (the measured job),
-    /// `ramp.fio` (the warm-up), `bonnie.args` (one argument a line).
-    fn write_jobs(&self, dir: &Path) -> std::io::Result<()> {
-        for step in &self.measure {
-            match step {
-                Step::Fio {
-                    job_text,
-                    output_name,
-                    ..
-                } => {
-                    let name = if output_name == "fio.json" {
-                        "job.fio"
-                    } else {
-                        "ramp.fio"
-                    };
-                    std::fs::write(dir.join(name), job_text)?;
-                }
-                Step::Bonnie { args, .. } => {
-                    std::fs::write(dir.join("bonnie.args"), args.join("\n") + "\n")?;
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Metrics, per-second samples and the engine's measured seconds (fio's runtime).
-    fn parse(&self, out: &JobOutput) -> Result<Parsed, CellFailure> {
-        match self.engine {
-            Engine::Fio => {
-                let text = out
-                    .artifacts
-                    .get("fio.json")
-                    .ok_or("fio produced no JSON output")?;
-                let run = fio::parse(text).map_err(|e| format!("fio output: {e}"))?;
-                let logs: Vec<(String, String)> = out
-                    .artifacts
-                    .iter()
-                    .filter(|(n, _)| n.starts_with(LOG_PREFIX))
-                    .map(|(n, t)| (n.clone(), t.clone()))
-                    .collect();
-                let ms = run.read.runtime_ms.max(run.write.runtime_ms);
-                let secs = (ms > 0).then_some(ms as f64 / 1000.0);
-                let mut m = fio::metrics(&run);
-                m.push(Metric::num(
-                    "read_ios",
-                    "Read I/Os (fio)",
-                    "ops",
-                    crate::results::Better::Higher,
-                    run.read.total_ios as f64,
-                ));
-                m.push(Metric::num(
-                    "write_ios",
-                    "Write I/Os (fio)",
-                    "ops",
-                    crate::results::Better::Higher,
-                    run.write.total_ios as f64,
-                ));
-                Ok((m, fio::samples_from_logs(&logs), secs))
-            }
-            Engine::Bonnie => {
-                let text = out
-                    .artifacts
-                    .get("bonnie.txt")
-                    .ok_or("bonnie++ produced no output")?;
-                let line = bonnie::find_csv_line(text).ok_or("bonnie++ output has no CSV line")?;
-                let run = bonnie::parse_csv(line).map_err(|e| format!("bonnie++ output: {e}"))?;
-                Ok((bonnie::metrics(&run), BTreeMap::new(), None))
-            }
-        }
+        Ok(WorkPlan { engine, steps })
     }
 }
 
-/// The workload's fio job with `{disk}`; a preset gets `ramp` seconds of ramp_time (a job file
-/// keeps its own).
-fn fio_job_text(cfg: &MatrixConfig, w: &WorkloadId, ramp: u32) -> Result<String, CellFailure> {
-    match w {
-        WorkloadId::Preset(name) => {
-            let p = workload::PRESETS
-                .iter()
-                .find(|p| p.name == name)
-                .ok_or("unknown preset")?;
-            Ok(fio::render_preset(p.job, cfg.runtime, ramp, &cfg.size))
-        }
-        WorkloadId::FioFile(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("job file {}: {e}", path.display()))?;
-            Ok(fio::check_user_job(&text)
-                .map_err(|e| format!("job file {}: {e}", path.display()))?
-                .text)
-        }
-    }
-}
-
-/// A preset's warm-up as its own step: the same job for `ramp` seconds. The host window then
-/// starts exactly when the warm-up ends, so QMP's counts match fio's (fio's in-job ramp_time
-/// ends at a moment the host cannot see). Job files keep their own ramp_time and get none.
-fn ramp_job(cfg: &MatrixConfig, w: &WorkloadId, target: &str) -> Option<Step> {
-    let WorkloadId::Preset(name) = w else {
-        return None;
-    };
-    let p = workload::preset(name)?;
-    (cfg.ramp > 0 && p.engine == Engine::Fio).then(|| Step::Fio {
-        job_text: fio::render_preset(p.job, cfg.ramp, 0, &cfg.size).replace("{disk}", target),
-        args: vec![],
-        output_name: "ramp.json".into(),
-        log_prefix: None,
-    })
-}
-
-/// One sequential pass over the test area, so the measurement never hits first allocation.
-fn prefill_job(target: &str, size: &str) -> String {
-    format!(
-        "[prefill]\nfilename={target}\nsize={size}\nrw=write\nbs=1M\niodepth=8\nioengine=libaio\ndirect=1\n"
-    )
-}
-
-/// Runs a job; a lost storage server or an I/O-error pause fails it at once (the guest's I/O
-/// would otherwise hang until the total timeout while its heartbeats go on).
-async fn run_job(
-    env: &CellEnv<'_>,
-    dom: &Arc<RunningDomain>,
-    guest: &mut Guest,
-    job: Job,
-    console: &Path,
-    on_event: impl FnMut(JobEvent<'_>),
-) -> Result<JobOutput, CellFailure> {
-    let mut limits = JobLimits {
-        total_timeout: Duration::from_secs(env.cfg.runtime as u64 * 4 + env.cfg.ramp as u64 + 600),
-        ..JobLimits::default()
-    };
-    if let Some(hb) = env.cfg.test_hooks.heartbeat_timeout {
-        limits.heartbeat_timeout = hb;
-    }
-    let run = async {
-        tokio::select! {
-            r = guest.run(job, &limits, on_event) => r.map_err(|e| e.to_string()),
-            lost = watch::storage_lost(dom.clone(), env.server) => Err(lost),
-        }
-    };
-    cancellable(env.cancel, run)
-        .await
-        .map_err(|e| with_console(&describe_guest_error(&e, dom, console), console))
-}
-
-fn describe_guest_error(e: &str, dom: &RunningDomain, console: &Path) -> String {
-    let tail = read_tail(console, 60);
-    if let Some(line) = tail.lines().find(|l| l.contains("Kernel panic")) {
-        return format!("guest kernel panic: {}", line.trim());
-    }
-    if e.contains("channel closed") {
-        // libvirt learns of a dead QEMU a moment after its sockets close.
-        tokio::task::block_in_place(|| dom.wait_gone(Duration::from_secs(3)));
-    }
-    match watch::domain_note(dom) {
-        Some(note) if !e.starts_with("storage server lost") => format!("{e}; {note}"),
-        _ => e.to_string(),
-    }
-}
-
-fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), CellFailure> {
+fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), CellError> {
     if out.ok {
         return Ok(());
     }
@@ -569,26 +501,21 @@ fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), Ce
         match out.steps.get(&(i as u32)) {
             Some(end) if end.exit_code == 0 => continue,
             Some(end) => {
-                return Err(CellFailure {
-                    reason: format!(
-                        "{} failed in the guest (exit {}): {}",
-                        step_name(step),
-                        end.exit_code,
-                        end.stderr_tail.trim()
-                    ),
+                return Err(CellError::EngineFailed {
+                    step: step_name(step),
+                    exit_code: end.exit_code,
+                    stderr: end.stderr_tail.trim().to_string(),
                 })
             }
             None => {
-                return Err(with_console(
-                    &format!("{} never finished", step_name(step)),
-                    console,
-                ))
+                return Err(CellError::StepUnfinished {
+                    step: step_name(step),
+                    console: ConsoleTail::read(console, 15),
+                })
             }
         }
     }
-    Err(CellFailure {
-        reason: "job failed".into(),
-    })
+    Err(CellError::JobFailed)
 }
 
 fn step_name(s: &Step) -> &'static str {
@@ -601,37 +528,14 @@ fn step_name(s: &Step) -> &'static str {
     }
 }
 
-async fn cancellable<T, E: std::fmt::Display>(
+async fn cancellable<T, E>(
     cancel: &Cancel,
     fut: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
+) -> Result<T, Halt<E>> {
     tokio::select! {
-        r = fut => r.map_err(|e| e.to_string()),
-        _ = cancel.cancelled() => Err("interrupted by signal".into()),
+        r = fut => r.map_err(Halt::Failed),
+        _ = cancel.cancelled() => Err(Halt::Interrupted),
     }
-}
-
-fn with_console(reason: &str, console: &Path) -> CellFailure {
-    let tail = read_tail(console, 15);
-    let tail = if tail.trim().is_empty() {
-        "(console is empty: the guest printed nothing)".to_string()
-    } else {
-        tail
-    };
-    CellFailure {
-        reason: format!(
-            "{reason}\n  console tail ({}):\n{}",
-            console.display(),
-            indent(&tail)
-        ),
-    }
-}
-
-fn indent(s: &str) -> String {
-    s.lines()
-        .map(|l| format!("    | {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The last `n` lines of a file, lossily decoded (a console may carry any bytes).

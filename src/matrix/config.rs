@@ -165,6 +165,9 @@ impl MatrixConfig {
                 "dimension '{name}' is empty: give at least one value"
             )));
         }
+        for w in &self.workload {
+            crate::workload::check(w)?;
+        }
         let positive = [
             ("repeat", self.repeat as u64),
             ("runtime", self.runtime as u64),

@@ -2,6 +2,7 @@
 //! combinations (with the reason, listed before the run starts), include/exclude rules, and the
 //! run order that interleaves repeats (A B C, C B A, ...) to spread drift over all cells.
 
+pub mod cell_error;
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
@@ -11,7 +12,6 @@ pub mod runner;
 pub mod test_hooks;
 
 use crate::cell::{Backend, Bus, CacheMode, Cell, Hypervisor, IoMode, Layout, WorkloadId};
-use crate::workload::Engine;
 use config::{ConfigError, MatrixConfig};
 use std::collections::BTreeMap;
 
@@ -93,7 +93,8 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
 
 /// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured).
 fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
-    if asked == Layout::Raw && crate::workload::engine_of(w) == Engine::Bonnie {
+    let needs_fs = crate::workload::engine(w).is_ok_and(|e| e.needs_filesystem());
+    if asked == Layout::Raw && needs_fs {
         Layout::Ext4
     } else {
         asked
@@ -122,7 +123,9 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "cache" => v.parse::<CacheMode>().map(drop),
             "io" => v.parse::<IoMode>().map(drop),
             "layout" => v.parse::<Layout>().map(drop),
-            "workload" => v.parse::<WorkloadId>().map(drop),
+            "workload" => v
+                .parse::<WorkloadId>()
+                .and_then(|w| crate::workload::check(&w)),
             other => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \

@@ -208,35 +208,6 @@ fn draw_bars(rx: mpsc::Receiver<Output>) {
     matrix.finish();
 }
 
-/// Live IOPS from fio's eta line, e.g.
-/// `Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]`.
-pub fn parse_fio_eta(line: &str) -> Option<(u64, u64)> {
-    let seg = line.split('[').find(|s| s.contains(" IOPS]"))?;
-    let seg = seg.trim_end_matches(']').trim_end_matches(" IOPS");
-    let mut r = 0;
-    let mut w = 0;
-    for part in seg.split(',') {
-        let (k, v) = part.split_once('=')?;
-        let n = parse_si(v)?;
-        match k.trim() {
-            "r" => r = n,
-            "w" => w = n,
-            _ => {}
-        }
-    }
-    Some((r, w))
-}
-
-fn parse_si(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = match v.chars().last()? {
-        'k' => (&v[..v.len() - 1], 1e3),
-        'M' => (&v[..v.len() - 1], 1e6),
-        _ => (v, 1.0),
-    };
-    Some((num.parse::<f64>().ok()? * mult) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,16 +268,5 @@ mod tests {
         assert_eq!(l(end, 12).as_deref(), Some("[2/4] qemu/local/raw: passed"));
         let plain = l(Output::Line("x".into()), 12).unwrap();
         assert!(!plain.contains('\x1b'), "no escape codes in plain output");
-    }
-
-    #[test]
-    fn fio_eta_lines() {
-        let l =
-            "Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]";
-        assert_eq!(parse_fio_eta(l), Some((652, 284)));
-        let l = "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]";
-        assert_eq!(parse_fio_eta(l), Some((10300, 0)));
-        assert_eq!(parse_fio_eta("fio-3.33"), None);
-        assert_eq!(parse_fio_eta("[x=1 IOPS]"), Some((0, 0)));
     }
 }

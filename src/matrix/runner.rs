@@ -3,6 +3,7 @@
 //! interleaved order, writes each result durably the moment it exists (run.json, the cell's
 //! directory, the SQLite store), and tears everything down on every way out.
 
+use super::cell_error::CellError;
 use super::cell_run::{self, Cancel, CellEnv};
 use super::config::MatrixConfig;
 use super::progress::{Output, Ui};
@@ -39,7 +40,7 @@ pub struct RunOptions {
 
 /// The end of a run.
 #[derive(Debug, Clone)]
-pub struct RunSummary {
+pub struct FinishedRun {
     /// The run id.
     pub run_id: String,
     /// The run directory.
@@ -50,7 +51,7 @@ pub struct RunSummary {
     pub interrupted: bool,
 }
 
-impl RunSummary {
+impl FinishedRun {
     /// Cells that failed.
     pub fn failed(&self) -> usize {
         self.record
@@ -68,224 +69,320 @@ pub fn new_run_id() -> String {
     format!("{t}-{r:04x}")
 }
 
-/// Runs the matrix. Errors are for things that stop the whole run before any cell (no image, no
-/// run directory, no store); cell failures are results.
+/// Runs the matrix: open -> plan -> loop -> close. Errors are for things that stop the whole
+/// run before any cell (no image, no run directory, no store); cell failures are results.
 pub async fn run(
     cfg: MatrixConfig,
     opts: RunOptions,
     ui: Ui,
     cancel: Arc<Cancel>,
-) -> anyhow::Result<RunSummary> {
-    let (rundir, mut record, cfg) = open_rundir(cfg, &opts)?;
-    let _lock = crate::cleanup::RunLock::acquire(&rundir.path)
-        .with_context(|| format!("{} is in use by another vmbench", rundir.path.display()))?;
-    let plan = expand(&cfg);
-    let done: BTreeSet<(String, u32)> = record
-        .cells
-        .iter()
-        .map(|c| (c.cell_id.clone(), c.repeat))
-        .collect();
-    let store = Store::open(&opts.db)
-        .with_context(|| format!("opening the results store {}", opts.db.display()))?;
-    let host = hostname();
-    if opts.resume.is_none() {
-        store.begin_run(&record.run_id, &record.started, &record.command, &host)?;
-    } else if store.resume_run(&record.run_id, &record.started, &record.command, &host)? {
-        // This store never saw the run (another --db the first time): give it the whole run.
-        for c in &record.cells {
-            store.record_cell(&record.run_id, c)?;
-        }
-    }
-    let persist = |record: &mut RunRecord, r: CellResult| -> anyhow::Result<()> {
-        store.record_cell(&record.run_id, &r)?;
-        record.cells.push(r);
-        rundir.save(record).context("writing run.json")?;
-        Ok(())
-    };
-    for (cell, reason) in &plan.skipped {
-        if !done.contains(&(cell.id(), 0)) {
-            ui.line(format!("skipped {}: {reason}", cell.label()));
-            persist(
-                &mut record,
-                not_run(cell, 0, Outcome::Skipped(reason.clone())),
-            )?;
-        }
-    }
-
-    ui.line("image: checking the guest image (built on first use)");
-    let image_req = opts.image.clone();
-    let ui2 = ui.clone();
-    let image = tokio::task::spawn_blocking(move || {
-        crate::image::ensure(&image_req, &|s: &str| ui2.line(format!("image: {s}")))
-    })
-    .await??;
-    ui.line(format!(
-        "image: {} ({} KiB initramfs)",
-        image.id,
-        image.initrd_bytes / 1024
-    ));
-
-    let work = opts.work_root.join(&record.run_id);
-    make_private_dir(&opts.work_root)?;
-    make_private_dir(&work)?;
-    // Cleanup finds the work dir of a crashed run through this file.
-    std::fs::write(
-        rundir.path.join("work-dir"),
-        work.as_os_str().as_encoded_bytes(),
-    )?;
-    let mut servers = Servers::new(rundir.path.join("servers"));
-    let mut conns = connect_all(&cfg, &plan, &image, &work, &ui, &cancel, &record.run_id).await;
-    let base_prov = provenance(&conns, &image, &host);
-
-    let todo: Vec<(usize, u32)> = plan
-        .order
-        .iter()
-        .copied()
-        .filter(|(i, r)| !done.contains(&(plan.cells[*i].id(), *r)))
-        .collect();
-    ui.send(Output::Start {
-        total: todo.len() as u64,
-        est_secs: estimate_secs(&cfg),
-    });
-    // Not record.cells.len(): an interrupted cell left a directory without a result.
-    let first_seq = rundir.next_seq();
-    // The loop is a block of its own so that whatever ends it (a full disk included), servers,
-    // the work directory and the store's run status are settled below.
-    let looped: anyhow::Result<()> = async {
-        for (n, (idx, repeat)) in todo.iter().enumerate() {
-            if cancel.is_cancelled() {
-                break;
-            }
-            let cell = &plan.cells[*idx];
-            let seq = first_seq + n;
-            ui.send(Output::CellStart {
-                n: n as u64 + 1,
-                label: cell.label(),
-            });
-            let dir = rundir.cell_dir(seq, &cell.id(), *repeat).with_context(|| {
-                format!("creating the cell directory in {}", rundir.path.display())
-            })?;
-            reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
-            let result = match conns.get(&cell.hypervisor) {
-                Some(Ok(conn)) => {
-                    run_one(
-                        &cfg,
-                        conn,
-                        &image,
-                        &record.run_id,
-                        &work,
-                        &ui,
-                        &cancel,
-                        &mut servers,
-                        &base_prov,
-                        cell,
-                        *repeat,
-                        seq,
-                        &dir,
-                    )
-                    .await
-                }
-                Some(Err(reason)) => {
-                    Some(not_run(cell, *repeat, Outcome::Unsupported(reason.clone())))
-                }
-                None => Some(not_run(
-                    cell,
-                    *repeat,
-                    Outcome::Failed("no connection".into()),
-                )),
-            };
-            // A libvirtd restart during the cell left its domain out of reach of the old handle.
-            reconnect_if_dead(&mut conns, cell.hypervisor, &cfg, &ui, &record.run_id);
-            // An interrupted cell has no result: `--resume` runs it again.
-            let Some(result) = result else { break };
-            // The store first: it may live on another disk than the run directory. The cell is
-            // reported finished only once it is durable.
-            let line = outcome_line(&result.outcome);
-            let file = result.clone();
-            persist(&mut record, result)?;
-            RunDir::save_cell(&dir, &file).with_context(|| format!("writing {}", dir.display()))?;
-            ui.send(Output::CellEnd {
-                n: n as u64 + 1,
-                label: cell.label(),
-                outcome: line,
-            });
-        }
-        Ok(())
-    }
-    .await;
-    drop(servers);
-    let _ = std::fs::remove_dir_all(&work);
-    let _ = std::fs::remove_file(rundir.path.join("work-dir"));
-    let interrupted = cancel.is_cancelled();
-    let status = match (&looped, interrupted) {
-        (Err(_), _) => "failed",
-        (Ok(()), true) => "interrupted",
-        (Ok(()), false) => "finished",
-    };
-    let closed = store.finish_run(&record.run_id, status);
-    looped?;
-    closed?;
-    Ok(RunSummary {
-        run_id: record.run_id.clone(),
-        dir: rundir.path.clone(),
-        record,
-        interrupted,
-    })
+) -> anyhow::Result<FinishedRun> {
+    let mut ctx = RunCtx::open(cfg, &opts, ui, cancel)?;
+    let plan = expand(&ctx.cfg);
+    ctx.record_skipped(&plan)?;
+    let mut hosts = ctx.prepare(&opts, &plan).await?;
+    // Whatever ends the loop (a full disk included), servers, the work directory and the
+    // store's run status are settled by `close`.
+    let looped = ctx.run_cells(&plan, &mut hosts).await;
+    ctx.close(hosts, looped)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_one(
-    cfg: &MatrixConfig,
-    conn: &Libvirt,
-    image: &ImageInfo,
-    run_id: &str,
-    work: &Path,
-    ui: &Ui,
-    cancel: &Cancel,
-    servers: &mut Servers,
-    prov: &Provenance,
-    cell: &Cell,
+/// A run between `open` and `close`: its directory, record and store.
+struct RunCtx {
+    cfg: MatrixConfig,
+    ui: Ui,
+    cancel: Arc<Cancel>,
+    rundir: RunDir,
+    record: RunRecord,
+    store: Store,
+    host: String,
+    /// Cells (id, repeat) that already have a result (on `--resume`).
+    done: BTreeSet<(String, u32)>,
+    _lock: crate::cleanup::RunLock,
+}
+
+/// What the cells run on: the image, the work directory, servers and connections.
+struct Hosts {
+    shared: Shared,
+    servers: Servers,
+    conns: BTreeMap<Hypervisor, Result<Libvirt, String>>,
+}
+
+/// The parts of [`Hosts`] every cell reads.
+struct Shared {
+    image: ImageInfo,
+    work: PathBuf,
+    prov: Provenance,
+}
+
+/// One cell run of the loop.
+struct Slot<'p> {
+    /// Position in this invocation's list, from 1.
+    n: u64,
+    cell: &'p Cell,
     repeat: u32,
     seq: usize,
-    dir: &Path,
-) -> Option<CellResult> {
-    let (mut backend, server) = match storage::open(&cfg.storage, cell.backend, servers, work) {
-        Ok(o) => (o.backend, o.server),
-        Err(OpenError::Unsupported(r)) => {
-            return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
+    dir: PathBuf,
+}
+
+impl RunCtx {
+    /// The run directory (new or resumed), its lock, and the store's record of the run.
+    fn open(
+        cfg: MatrixConfig,
+        opts: &RunOptions,
+        ui: Ui,
+        cancel: Arc<Cancel>,
+    ) -> anyhow::Result<RunCtx> {
+        let (rundir, record, cfg) = open_rundir(cfg, opts)?;
+        let lock = crate::cleanup::RunLock::acquire(&rundir.path)
+            .with_context(|| format!("{} is in use by another vmbench", rundir.path.display()))?;
+        let done = record
+            .cells
+            .iter()
+            .map(|c| (c.cell_id.clone(), c.repeat))
+            .collect();
+        let store = Store::open(&opts.db)
+            .with_context(|| format!("opening the results store {}", opts.db.display()))?;
+        let host = hostname();
+        let (id, started, command) = (&record.run_id, &record.started, &record.command);
+        if opts.resume.is_none() {
+            store.begin_run(id, started, command, &host)?;
+        } else if store.resume_run(id, started, command, &host)? {
+            // This store never saw the run (another --db the first time): give it the whole run.
+            for c in &record.cells {
+                store.record_cell(id, c)?;
+            }
         }
-        Err(OpenError::Failed(r)) => return Some(not_run(cell, repeat, Outcome::Failed(r))),
-    };
-    if let Err(u) = backend.check() {
-        return Some(not_run(
-            cell,
-            repeat,
-            Outcome::Unsupported(format!("unsupported on this host: {u}")),
+        Ok(RunCtx {
+            cfg,
+            ui,
+            cancel,
+            rundir,
+            record,
+            store,
+            host,
+            done,
+            _lock: lock,
+        })
+    }
+
+    /// A result, durably: the store first (it may live on another disk than the run
+    /// directory), then run.json.
+    fn persist(&mut self, r: CellResult) -> anyhow::Result<()> {
+        self.store.record_cell(&self.record.run_id, &r)?;
+        self.record.cells.push(r);
+        self.rundir.save(&self.record).context("writing run.json")?;
+        Ok(())
+    }
+
+    /// Cells the plan skipped are results too.
+    fn record_skipped(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        for (cell, reason) in &plan.skipped {
+            if !self.done.contains(&(cell.id(), 0)) {
+                self.ui.line(format!("skipped {}: {reason}", cell.label()));
+                self.persist(not_run(cell, 0, Outcome::Skipped(reason.clone())))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The image, the work directory, and a connection (or the reason there is none) per
+    /// hypervisor.
+    async fn prepare(&self, opts: &RunOptions, plan: &Plan) -> anyhow::Result<Hosts> {
+        let ui = &self.ui;
+        ui.line("image: checking the guest image (built on first use)");
+        let image_req = opts.image.clone();
+        let ui2 = ui.clone();
+        let image = tokio::task::spawn_blocking(move || {
+            crate::image::ensure(&image_req, &|s: &str| ui2.line(format!("image: {s}")))
+        })
+        .await??;
+        ui.line(format!(
+            "image: {} ({} KiB initramfs)",
+            image.id,
+            image.initrd_bytes / 1024
         ));
+        let run_id = &self.record.run_id;
+        let work = opts.work_root.join(run_id);
+        make_private_dir(&opts.work_root)?;
+        make_private_dir(&work)?;
+        // Cleanup finds the work dir of a crashed run through this file.
+        std::fs::write(
+            self.rundir.path.join("work-dir"),
+            work.as_os_str().as_encoded_bytes(),
+        )?;
+        let servers = Servers::new(self.rundir.path.join("servers"));
+        let conns = connect_all(self, plan, &image, &work).await;
+        let prov = provenance(&conns, &image, &self.host);
+        Ok(Hosts {
+            shared: Shared { image, work, prov },
+            servers,
+            conns,
+        })
     }
-    let env = CellEnv {
-        cfg,
-        conn,
-        image,
-        run_id,
-        work_dir: work,
-        ui,
-        cancel,
-        server,
-        provenance: prov,
-    };
-    let mut result = cell_run::run_cell(&env, backend.as_mut(), cell, repeat, seq, dir).await;
-    let t = std::time::Instant::now();
-    if let Err(e) = tokio::task::block_in_place(|| backend.teardown()) {
-        ui.line(format!("warning: teardown of {}: {e}", cell.label()));
-        result.params.insert("teardown_error".into(), e.to_string());
+
+    /// Every cell not done yet, in the plan's order, until done or interrupted.
+    async fn run_cells(&mut self, plan: &Plan, hosts: &mut Hosts) -> anyhow::Result<()> {
+        let todo: Vec<(usize, u32)> = plan
+            .order
+            .iter()
+            .copied()
+            .filter(|(i, r)| !self.done.contains(&(plan.cells[*i].id(), *r)))
+            .collect();
+        self.ui.send(Output::Start {
+            total: todo.len() as u64,
+            est_secs: estimate_secs(&self.cfg),
+        });
+        // Not record.cells.len(): an interrupted cell left a directory without a result.
+        let first_seq = self.rundir.next_seq();
+        for (n, (idx, repeat)) in todo.into_iter().enumerate() {
+            if self.cancel.is_cancelled() {
+                break;
+            }
+            let cell = &plan.cells[idx];
+            let seq = first_seq + n;
+            let n = n as u64 + 1;
+            self.ui.send(Output::CellStart {
+                n,
+                label: cell.label(),
+            });
+            let dir = self
+                .rundir
+                .cell_dir(seq, &cell.id(), repeat)
+                .with_context(|| {
+                    format!(
+                        "creating the cell directory in {}",
+                        self.rundir.path.display()
+                    )
+                })?;
+            let slot = Slot {
+                n,
+                cell,
+                repeat,
+                seq,
+                dir,
+            };
+            // An interrupted cell has no result: `--resume` runs it again.
+            if !self.run_slot(&slot, hosts).await? {
+                break;
+            }
+        }
+        Ok(())
     }
-    result.timings.teardown_ms += t.elapsed().as_millis() as u64;
-    // A cell that passed before the signal (it came during teardown) is kept.
-    if cancel.is_cancelled() && result.outcome != Outcome::Passed {
-        return None;
+
+    /// One cell: run it, persist its result, report it. False when a signal stopped it.
+    async fn run_slot(&mut self, s: &Slot<'_>, hosts: &mut Hosts) -> anyhow::Result<bool> {
+        let hv = s.cell.hypervisor;
+        let run_id = &self.record.run_id;
+        reconnect_if_dead(&mut hosts.conns, hv, &self.cfg, &self.ui, run_id);
+        let result = match hosts.conns.get(&hv) {
+            Some(Ok(conn)) => {
+                self.run_one(conn, &mut hosts.servers, &hosts.shared, s)
+                    .await
+            }
+            Some(Err(reason)) => Some(not_run(
+                s.cell,
+                s.repeat,
+                Outcome::Unsupported(reason.clone()),
+            )),
+            None => Some(failed(s.cell, s.repeat, CellError::NoConnection)),
+        };
+        // A libvirtd restart during the cell left its domain out of reach of the old handle.
+        reconnect_if_dead(&mut hosts.conns, hv, &self.cfg, &self.ui, run_id);
+        let Some(result) = result else {
+            return Ok(false);
+        };
+        // The cell is reported finished only once it is durable.
+        let line = outcome_line(&result.outcome);
+        let file = result.clone();
+        self.persist(result)?;
+        RunDir::save_cell(&s.dir, &file).with_context(|| format!("writing {}", s.dir.display()))?;
+        self.ui.send(Output::CellEnd {
+            n: s.n,
+            label: s.cell.label(),
+            outcome: line,
+        });
+        Ok(true)
     }
-    Some(result)
+
+    /// Runs one cell on its backend and tears the backend down; `None` when a signal stopped
+    /// it.
+    async fn run_one(
+        &self,
+        conn: &Libvirt,
+        servers: &mut Servers,
+        shared: &Shared,
+        s: &Slot<'_>,
+    ) -> Option<CellResult> {
+        let (cell, repeat) = (s.cell, s.repeat);
+        let opened = storage::open(&self.cfg.storage, cell.backend, servers, &shared.work);
+        let (mut backend, server) = match opened {
+            Ok(o) => (o.backend, o.server),
+            Err(OpenError::Unsupported(r)) => {
+                return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
+            }
+            Err(OpenError::Failed(r)) => {
+                return Some(failed(cell, repeat, CellError::Backend(r)))
+            }
+        };
+        if let Err(u) = backend.check() {
+            return Some(not_run(
+                cell,
+                repeat,
+                Outcome::Unsupported(format!("unsupported on this host: {u}")),
+            ));
+        }
+        let env = CellEnv {
+            cfg: &self.cfg,
+            conn,
+            image: &shared.image,
+            run_id: &self.record.run_id,
+            work_dir: &shared.work,
+            ui: &self.ui,
+            cancel: &self.cancel,
+            server,
+            provenance: &shared.prov,
+        };
+        let mut result =
+            cell_run::run_cell(&env, backend.as_mut(), cell, repeat, s.seq, &s.dir).await;
+        let t = std::time::Instant::now();
+        if let Err(e) = tokio::task::block_in_place(|| backend.teardown()) {
+            self.ui
+                .line(format!("warning: teardown of {}: {e}", cell.label()));
+            result.params.insert("teardown_error".into(), e.to_string());
+        }
+        result.timings.teardown_ms += t.elapsed().as_millis() as u64;
+        // A cell that passed before the signal (it came during teardown) is kept.
+        if self.cancel.is_cancelled() && result.outcome != Outcome::Passed {
+            return None;
+        }
+        Some(result)
+    }
+
+    /// Servers stopped, work directory gone, the store's run status set.
+    fn close(self, hosts: Hosts, looped: anyhow::Result<()>) -> anyhow::Result<FinishedRun> {
+        let Hosts {
+            shared, servers, ..
+        } = hosts;
+        drop(servers);
+        let _ = std::fs::remove_dir_all(&shared.work);
+        let _ = std::fs::remove_file(self.rundir.path.join("work-dir"));
+        let interrupted = self.cancel.is_cancelled();
+        let status = match (&looped, interrupted) {
+            (Err(_), _) => "failed",
+            (Ok(()), true) => "interrupted",
+            (Ok(()), false) => "finished",
+        };
+        let closed = self.store.finish_run(&self.record.run_id, status);
+        looped?;
+        closed?;
+        Ok(FinishedRun {
+            run_id: self.record.run_id.clone(),
+            dir: self.rundir.path.clone(),
+            record: self.record,
+            interrupted,
+        })
+    }
 }
 
 fn open_rundir(
@@ -321,6 +418,14 @@ fn open_rundir(
     Ok((rd, record, cfg))
 }
 
+/// A cell that failed before it could run.
+fn failed(cell: &Cell, repeat: u32, e: CellError) -> CellResult {
+    CellResult {
+        failure_kind: Some(e.kind()),
+        ..not_run(cell, repeat, Outcome::Failed(e.to_string()))
+    }
+}
+
 fn not_run(cell: &Cell, repeat: u32, outcome: Outcome) -> CellResult {
     CellResult {
         cell: cell.clone(),
@@ -332,6 +437,7 @@ fn not_run(cell: &Cell, repeat: u32, outcome: Outcome) -> CellResult {
         provenance: Provenance::default(),
         timings: Timings::default(),
         samples: BTreeMap::new(),
+        failure_kind: None,
     }
 }
 
@@ -352,14 +458,12 @@ fn estimate_secs(cfg: &MatrixConfig) -> u64 {
 
 /// Connections per hypervisor, or the reason its cells cannot run here.
 async fn connect_all(
-    cfg: &MatrixConfig,
+    ctx: &RunCtx,
     plan: &Plan,
     image: &ImageInfo,
     work: &Path,
-    ui: &Ui,
-    cancel: &Cancel,
-    run_id: &str,
 ) -> BTreeMap<Hypervisor, Result<Libvirt, String>> {
+    let (cfg, cancel, run_id) = (&ctx.cfg, &ctx.cancel, &ctx.record.run_id);
     let hvs: BTreeSet<Hypervisor> = plan.cells.iter().map(|c| c.hypervisor).collect();
     let mut out = BTreeMap::new();
     for hv in hvs {
@@ -373,7 +477,7 @@ async fn connect_all(
             }
         };
         if let Err(reason) = &r {
-            ui.line(reason.clone());
+            ctx.ui.line(reason.clone());
         }
         out.insert(hv, r);
     }

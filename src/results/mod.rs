@@ -145,6 +145,95 @@ pub struct CellResult {
     /// Per-second samples by series key (e.g. `read_iops`), when logs were shipped.
     #[serde(default)]
     pub samples: BTreeMap<String, Vec<f64>>,
+    /// What kind of failure a failed cell had (the reason in `outcome` is for humans; this
+    /// groups failures in reports and comparisons). Absent in records older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+}
+
+/// What kind of failure ended a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The configuration cannot make this cell (size, job file, datapath).
+    Config,
+    /// The disk could not be provisioned (or its backend/server could not be made).
+    Provision,
+    /// A file or directory on the host could not be written.
+    HostIo,
+    /// libvirt refused the domain or is unreachable.
+    Hypervisor,
+    /// The guest never said hello in time.
+    BootTimeout,
+    /// The guest kernel panicked.
+    GuestPanic,
+    /// The guest went silent (no heartbeat) or its job outlived its limit.
+    Stalled,
+    /// The guest stopped (the agent's channel closed: QEMU exited or was killed).
+    GuestStopped,
+    /// The guest sent bad, oversized or garbage frames, or impossible results.
+    HostileGuest,
+    /// The guest agent reported an error.
+    AgentError,
+    /// The storage server died or QEMU paused the domain on an I/O error.
+    StorageLost,
+    /// The benchmark engine failed in the guest.
+    EngineFailed,
+    /// The libvirt connection was lost during the cell.
+    LibvirtLost,
+    /// A signal stopped the cell.
+    Interrupted,
+}
+
+impl FailureKind {
+    /// The stable name (as stored and exported).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Config => "config",
+            FailureKind::Provision => "provision",
+            FailureKind::HostIo => "host_io",
+            FailureKind::Hypervisor => "hypervisor",
+            FailureKind::BootTimeout => "boot_timeout",
+            FailureKind::GuestPanic => "guest_panic",
+            FailureKind::Stalled => "stalled",
+            FailureKind::GuestStopped => "guest_stopped",
+            FailureKind::HostileGuest => "hostile_guest",
+            FailureKind::AgentError => "agent_error",
+            FailureKind::StorageLost => "storage_lost",
+            FailureKind::EngineFailed => "engine_failed",
+            FailureKind::LibvirtLost => "libvirt_lost",
+            FailureKind::Interrupted => "interrupted",
+        }
+    }
+
+    /// The kind with this stable name.
+    pub fn parse(s: &str) -> Option<FailureKind> {
+        FailureKind::ALL.iter().copied().find(|k| k.as_str() == s)
+    }
+
+    /// Every kind.
+    pub const ALL: [FailureKind; 14] = [
+        FailureKind::Config,
+        FailureKind::Provision,
+        FailureKind::HostIo,
+        FailureKind::Hypervisor,
+        FailureKind::BootTimeout,
+        FailureKind::GuestPanic,
+        FailureKind::Stalled,
+        FailureKind::GuestStopped,
+        FailureKind::HostileGuest,
+        FailureKind::AgentError,
+        FailureKind::StorageLost,
+        FailureKind::EngineFailed,
+        FailureKind::LibvirtLost,
+        FailureKind::Interrupted,
+    ];
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl CellResult {
@@ -165,4 +254,33 @@ pub struct RunRecord {
     pub command: Vec<String>,
     /// Every cell's result, in run order.
     pub cells: Vec<CellResult>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run.json cell written before `failure_kind` existed (cut down from a real run).
+    const OLD_RUN_JSON: &str = r#"{"run_id": "20261203-095212-499c", "started": "2026-12-03T09:52:12.485128611+00:00", "command": ["vmbench", "matrix", "--runtime", "10", "--ramp", "2"], "cells": [{"cell": {"hypervisor": "qemu", "xen_mode": null, "backend": "local", "format": "qcow2", "bus": "virtio-blk", "cache": "none", "io": "native", "layout": "raw", "workload": "pg-randrw"}, "cell_id": "qemu-local-qcow2-virtio-blk-none-native-raw-pg-randrw", "repeat": 0, "outcome": {"status": "failed", "reason": "storage server lost: the embedded tgtd (pid 7) exited during the job"}, "metrics": [{"key": "read_iops", "label": "Read IOPS", "unit": "IOPS", "better": "higher", "value": {"kind": "number", "value": 3304.069593}}], "params": {"datapath": "qemu"}, "provenance": {"host": "vm", "host_kernel": "6.18.44-fc-v1098", "cpu_model": "AMD EPYC", "qemu": "7.2.22", "libvirt": "9.0.0", "guest_kernel": "6.1.0-57-amd64", "fio": "fio-3.33", "bonnie": "2.00a+nmu1", "image": "c70360541028e85b", "vmbench": "0.1.0 (unknown)"}, "timings": {"provision_ms": 10, "boot_to_hello_ms": 9057, "run_ms": 13327, "teardown_ms": 1261, "total_ms": 23621}, "samples": {"read_iops": [3170.0, 3387.0]}}]}"#;
+
+    #[test]
+    fn old_run_json_without_failure_kind_loads() {
+        let rec: RunRecord = serde_json::from_str(OLD_RUN_JSON).unwrap();
+        let c = &rec.cells[0];
+        assert_eq!(c.failure_kind, None);
+        assert!(matches!(&c.outcome, Outcome::Failed(r) if r.starts_with("storage server lost")));
+        // Written back unchanged: no `failure_kind` key while there is none.
+        let again = serde_json::to_string(c).unwrap();
+        assert!(!again.contains("failure_kind"), "{again}");
+    }
+
+    #[test]
+    fn failure_kind_is_written_and_read_by_name() {
+        let mut rec: RunRecord = serde_json::from_str(OLD_RUN_JSON).unwrap();
+        rec.cells[0].failure_kind = Some(FailureKind::StorageLost);
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(text.contains(r#""failure_kind":"storage_lost""#), "{text}");
+        let back: RunRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, rec);
+    }
 }

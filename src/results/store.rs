@@ -11,7 +11,7 @@
 
 #![warn(missing_docs)]
 
-use super::{Better, CellResult, Outcome, Provenance, RunRecord, Timings, Value};
+use super::{Better, CellResult, FailureKind, Outcome, Provenance, RunRecord, Timings, Value};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE runs (
@@ -90,6 +90,9 @@ CREATE TABLE provenance (
     vmbench      TEXT NOT NULL
 );
 ";
+
+/// Version 2: the kind of a failed cell's failure (NULL for other outcomes and older rows).
+const SCHEMA_V2: &str = "ALTER TABLE cells ADD COLUMN failure_kind TEXT;";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -510,7 +513,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT id, cell_id, repeat, cell, outcome, reason, provision_ms,
-                    boot_to_hello_ms, run_ms, teardown_ms, total_ms
+                    boot_to_hello_ms, run_ms, teardown_ms, total_ms, failure_kind
                  FROM cells WHERE run_id = ?1 ORDER BY id",
             )
             .ctx("loading cells")?;
@@ -530,6 +533,7 @@ impl Store {
                         teardown_ms: r.get::<_, i64>(9)? as u64,
                         total_ms: r.get::<_, i64>(10)? as u64,
                     },
+                    failure_kind: r.get(11)?,
                 })
             })
             .ctx("loading cells")?
@@ -553,6 +557,8 @@ impl Store {
             samples: self.load_samples(row.id)?,
             cell_id: row.cell_id,
             repeat: row.repeat,
+            // A kind this build does not know (written by a newer one) is left out.
+            failure_kind: row.failure_kind.as_deref().and_then(FailureKind::parse),
         })
     }
 
@@ -655,6 +661,7 @@ struct CellRow {
     outcome: String,
     reason: Option<String>,
     timings: Timings,
+    failure_kind: Option<String>,
 }
 
 /// Finished, covered its matrix, and nothing failed.
@@ -752,8 +759,8 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
     let t = &c.timings;
     tx.execute(
         "INSERT INTO cells (run_id, cell_id, repeat, cell, outcome, reason, provision_ms,
-            boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count, failure_kind)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             run_id,
             c.cell_id,
@@ -767,6 +774,7 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
             t.teardown_ms as i64,
             t.total_ms as i64,
             c.metrics.len() as i64,
+            c.failure_kind.map(FailureKind::as_str),
         ],
     )
     .ctx(&format!("inserting cell {} repeat {}", c.cell_id, c.repeat))?;
@@ -905,4 +913,77 @@ fn decode_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
         .chunks_exact(8)
         .map(|c| f64::from_le_bytes(c.try_into().expect("chunks_exact gives 8 bytes")))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell as the matrix writes it; `kind` on a failed one.
+    fn cell(repeat: u32, kind: Option<FailureKind>) -> CellResult {
+        let cell: crate::cell::Cell = serde_json::from_str(
+            r#"{"hypervisor": "qemu", "xen_mode": null, "backend": "local", "format": "qcow2",
+                "bus": "virtio-blk", "cache": "none", "io": "native", "layout": "raw",
+                "workload": "pg-randrw"}"#,
+        )
+        .unwrap();
+        CellResult {
+            cell_id: cell.id(),
+            cell,
+            repeat,
+            outcome: match kind {
+                Some(k) => Outcome::Failed(format!("failed: {k}")),
+                None => Outcome::Passed,
+            },
+            metrics: vec![],
+            params: BTreeMap::new(),
+            provenance: Provenance::default(),
+            timings: Timings::default(),
+            samples: BTreeMap::new(),
+            failure_kind: kind,
+        }
+    }
+
+    #[test]
+    fn a_version_1_database_gains_failure_kind_and_keeps_its_cells() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            // What a build of schema version 1 left behind, with one failed cell.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_version (version INTEGER NOT NULL);
+                 INSERT INTO schema_version VALUES (1);
+                 INSERT INTO runs (run_id, started, command, host) VALUES ('r', 't', '[]', 'h');",
+            )
+            .unwrap();
+            let old = cell(0, None);
+            conn.execute(
+                "INSERT INTO cells (run_id, cell_id, repeat, cell, outcome, reason, provision_ms,
+                    boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count)
+                 VALUES ('r', ?1, 0, ?2, 'failed', 'job failed', 0, 0, 0, 0, 0, 0)",
+                params![old.cell_id, serde_json::to_string(&old.cell).unwrap()],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO provenance VALUES (?1, 'h', '', '', '', '', '', '', '', '', '')",
+                [conn.last_insert_rowid()],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        store
+            .record_cell("r", &cell(1, Some(FailureKind::StorageLost)))
+            .unwrap();
+        let run = store.load_run("r").unwrap();
+        assert_eq!(run.cells[0].failure_kind, None);
+        assert_eq!(run.cells[0].outcome, Outcome::Failed("job failed".into()));
+        assert_eq!(run.cells[1].failure_kind, Some(FailureKind::StorageLost));
+        let v: i64 = store
+            .conn
+            .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
 }

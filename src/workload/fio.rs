@@ -644,6 +644,55 @@ pub fn parse_only(job_path: &Path) -> Result<(), JobError> {
     Err(JobError::FioRejected { path, message })
 }
 
+/// Live IOPS from fio's eta line, e.g.
+/// `Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]`.
+pub fn parse_eta(line: &str) -> Option<(u64, u64)> {
+    let seg = line.split('[').find(|s| s.contains(" IOPS]"))?;
+    let seg = seg.trim_end_matches(']').trim_end_matches(" IOPS");
+    let mut r = 0;
+    let mut w = 0;
+    for part in seg.split(',') {
+        let (k, v) = part.split_once('=')?;
+        let n = parse_si(v)?;
+        match k.trim() {
+            "r" => r = n,
+            "w" => w = n,
+            _ => {}
+        }
+    }
+    Some((r, w))
+}
+
+fn parse_si(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mult) = match v.chars().last()? {
+        'k' => (&v[..v.len() - 1], 1e3),
+        'M' => (&v[..v.len() - 1], 1e6),
+        _ => (v, 1.0),
+    };
+    Some((num.parse::<f64>().ok()? * mult) as u64)
+}
+
+/// fio's total I/O counts as metrics (the host window's figures are checked against them).
+pub fn io_counts(run: &FioRun) -> [Metric; 2] {
+    [
+        Metric::num(
+            "read_ios",
+            "Read I/Os (fio)",
+            "ops",
+            Better::Higher,
+            run.read.total_ios as f64,
+        ),
+        Metric::num(
+            "write_ios",
+            "Write I/Os (fio)",
+            "ops",
+            Better::Higher,
+            run.write.total_ios as f64,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,5 +711,16 @@ mod tests {
         let o = log_options("a\nfilename=/etc/passwd");
         assert_eq!(o.lines().count(), 4, "{o}");
         assert!(!o.contains("\nfilename"));
+    }
+
+    #[test]
+    fn fio_eta_lines() {
+        let l =
+            "Jobs: 1 (f=1): [m(1)][45.5%][r=5216KiB/s,w=2272KiB/s][r=652,w=284 IOPS][eta 00m:06s]";
+        assert_eq!(parse_eta(l), Some((652, 284)));
+        let l = "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]";
+        assert_eq!(parse_eta(l), Some((10300, 0)));
+        assert_eq!(parse_eta("fio-3.33"), None);
+        assert_eq!(parse_eta("[x=1 IOPS]"), Some((0, 0)));
     }
 }

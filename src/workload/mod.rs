@@ -4,29 +4,33 @@
 
 pub mod baseline;
 pub mod bonnie;
+pub mod engine;
 pub mod fio;
 
-/// Which engine a workload runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    /// fio with a job file.
-    Fio,
-    /// bonnie++ on a filesystem.
-    Bonnie,
-}
+use crate::cell::{UnknownValue, WorkloadId};
+pub use engine::{
+    Bonnie, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops, Parsed,
+    WorkloadEngine,
+};
 
 /// A built-in workload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Preset {
     /// CLI name.
     pub name: &'static str,
     /// One line for `--help` and reports.
     pub about: &'static str,
-    /// Which engine.
-    pub engine: Engine,
-    /// For fio presets, the job file (with `{disk}` for the device, `{runtime}`, `{ramp}`,
-    /// `{size}` filled from the CLI).
-    pub job: &'static str,
+    /// The engine that runs it, with the preset's job in it.
+    pub engine: &'static dyn WorkloadEngine,
+}
+
+impl std::fmt::Debug for Preset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Preset")
+            .field("name", &self.name)
+            .field("engine", &self.engine.name())
+            .finish()
+    }
 }
 
 /// The seed's reference job (fio-longhorn-localpv-openebs.txt), made direct=1 so the guest page
@@ -75,43 +79,44 @@ pub const RAND_READ_4K: &str = qd32_job!("rand-read-4k", "randread", "4k");
 /// Random 4 KiB writes, iodepth 32: write IOPS.
 pub const RAND_WRITE_4K: &str = qd32_job!("rand-write-4k", "randwrite", "4k");
 
+static PG_RANDRW_FIO: Fio = Fio::preset(PG_RANDRW);
+static SEQ_READ_1M_FIO: Fio = Fio::preset(SEQ_READ_1M);
+static SEQ_WRITE_1M_FIO: Fio = Fio::preset(SEQ_WRITE_1M);
+static RAND_READ_4K_FIO: Fio = Fio::preset(RAND_READ_4K);
+static RAND_WRITE_4K_FIO: Fio = Fio::preset(RAND_WRITE_4K);
+static BONNIE: Bonnie = Bonnie;
+
 /// Every preset.
-pub const PRESETS: &[Preset] = &[
+pub static PRESETS: &[Preset] = &[
     Preset {
         name: "pg-randrw",
         about: "the seed's reference job: 8k random 70/30 read/write, libaio, iodepth 16",
-        engine: Engine::Fio,
-        job: PG_RANDRW,
+        engine: &PG_RANDRW_FIO,
     },
     Preset {
         name: "seq-read-1m",
         about: "sequential 1 MiB reads, libaio, iodepth 32",
-        engine: Engine::Fio,
-        job: SEQ_READ_1M,
+        engine: &SEQ_READ_1M_FIO,
     },
     Preset {
         name: "seq-write-1m",
         about: "sequential 1 MiB writes, libaio, iodepth 32",
-        engine: Engine::Fio,
-        job: SEQ_WRITE_1M,
+        engine: &SEQ_WRITE_1M_FIO,
     },
     Preset {
         name: "rand-read-4k",
         about: "random 4 KiB reads, libaio, iodepth 32",
-        engine: Engine::Fio,
-        job: RAND_READ_4K,
+        engine: &RAND_READ_4K_FIO,
     },
     Preset {
         name: "rand-write-4k",
         about: "random 4 KiB writes, libaio, iodepth 32",
-        engine: Engine::Fio,
-        job: RAND_WRITE_4K,
+        engine: &RAND_WRITE_4K_FIO,
     },
     Preset {
         name: "bonnie",
         about: "bonnie++ full run on a filesystem (file size twice the guest RAM)",
-        engine: Engine::Bonnie,
-        job: "",
+        engine: &BONNIE,
     },
 ];
 
@@ -120,12 +125,47 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
 }
 
-/// The engine a workload runs (a job file is always fio).
-pub fn engine_of(w: &crate::cell::WorkloadId) -> Engine {
+/// Accepts a workload this build can run: a preset in the table, or a job file. The error names
+/// the valid choices.
+pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
     match w {
-        crate::cell::WorkloadId::Preset(name) => {
-            preset(name).map(|p| p.engine).unwrap_or(Engine::Fio)
+        WorkloadId::Preset(name) if preset(name).is_none() => {
+            let mut valid: Vec<&'static str> = PRESETS.iter().map(|p| p.name).collect();
+            valid.push("file:PATH");
+            Err(UnknownValue {
+                what: "workload",
+                got: name.clone(),
+                valid,
+            })
         }
-        crate::cell::WorkloadId::FioFile(_) => Engine::Fio,
+        _ => Ok(()),
+    }
+}
+
+/// The engine a workload runs: its preset's, or fio with the user's job file.
+pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
+    match w {
+        WorkloadId::Preset(name) => preset(name)
+            .map(|p| EngineHandle::Preset(p.engine))
+            .ok_or_else(|| EngineError::UnknownPreset(name.clone())),
+        WorkloadId::FioFile(path) => Ok(EngineHandle::Owned(Box::new(Fio {
+            job: FioJob::File(path.clone()),
+        }))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_presets_list_the_valid_ones() {
+        let w: WorkloadId = "pg".parse().unwrap();
+        let e = check(&w).unwrap_err().to_string();
+        assert!(e.starts_with("unknown workload 'pg'"), "{e}");
+        assert!(e.contains("pg-randrw") && e.contains("bonnie") && e.contains("file:PATH"));
+        assert!(check(&"bonnie".parse().unwrap()).is_ok());
+        assert!(check(&"file:/x.fio".parse().unwrap()).is_ok());
+        assert!(matches!(engine(&w), Err(EngineError::UnknownPreset(_))));
     }
 }

@@ -1,0 +1,497 @@
+//! What a cell asks of its workload's engine: the guest steps, the job files kept with the
+//! result, the artifacts to parse, the live status line, the host-baseline job. The cell
+//! pipeline (`matrix::cell_run`) knows only this trait; adding an engine means implementing it
+//! here and giving it a row in the preset table (`super::PRESETS`).
+
+use super::{bonnie, fio};
+use crate::results::Metric;
+use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::path::PathBuf;
+use vmbench_proto::{Step, TEST_MOUNTPOINT};
+
+/// Prefix of fio's per-second log files (the artifacts `vmbench_iops.1.log`, ...).
+pub const LOG_PREFIX: &str = "vmbench";
+
+/// What an engine needs from the run's configuration and the cell.
+#[derive(Debug, Clone)]
+pub struct EngineParams<'a> {
+    /// Seconds of measurement.
+    pub runtime: u32,
+    /// Seconds of warm-up before the measurement.
+    pub ramp: u32,
+    /// The test area as the user wrote it (fio's `size=`).
+    pub size: &'a str,
+    /// The same in bytes.
+    pub size_bytes: u64,
+    /// Whether the test area is written once before the measurement.
+    pub prefill: bool,
+    /// Guest RAM.
+    pub memory_mib: u64,
+    /// bonnie++'s `-n` (thousands of files).
+    pub bonnie_files: u32,
+    /// The configured disk size.
+    pub disk_mib: u64,
+    /// Where the engine's I/O goes in the guest: `{disk}` (the raw device) or a file in the
+    /// mounted test filesystem.
+    pub target: &'a str,
+}
+
+/// The engine's part of a cell: steps, sizes, host window, files.
+#[derive(Debug, Clone, Default)]
+pub struct EnginePlan {
+    /// The disk size the engine needs (at least the configured one).
+    pub disk_bytes: u64,
+    /// Steps before the measurement (the prefill), after the cell's own (mkfs).
+    pub prep: Vec<Step>,
+    /// The measured job's steps.
+    pub measure: Vec<Step>,
+    /// The host-side window: from the end of `measure[.0]` to the end of `measure[.1]`.
+    pub window: (u32, u32),
+    /// Files kept in the cell directory: the exact job texts the guest runs (`job.fio`,
+    /// `ramp.fio`, `bonnie.args`).
+    pub job_files: Vec<(&'static str, String)>,
+    /// The measured job with `{disk}` and the ramp in it, for the host baseline; `None` when
+    /// the engine has no host baseline.
+    pub baseline_job: Option<String>,
+    /// The prefill job with `{disk}`, for the host baseline.
+    pub prefill_job: Option<String>,
+}
+
+/// The parsed result of a measurement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Parsed {
+    /// The engine's metrics.
+    pub metrics: Vec<Metric>,
+    /// Per-second series by metric key.
+    pub samples: BTreeMap<String, Vec<f64>>,
+    /// The seconds the engine itself measured over (fio's runtime), if it says.
+    pub measured_secs: Option<f64>,
+}
+
+/// Live figures from an engine's status line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveIops {
+    /// Read IOPS.
+    pub read: u64,
+    /// Write IOPS.
+    pub write: u64,
+}
+
+/// Why an engine could not plan or parse.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A required artifact did not come back from the guest.
+    #[error("{engine} produced no {what}")]
+    MissingArtifact {
+        /// Engine name as users know it.
+        engine: &'static str,
+        /// What is missing.
+        what: &'static str,
+    },
+    /// fio's JSON did not parse.
+    #[error("fio output: {0}")]
+    FioOutput(#[source] fio::FioParseError),
+    /// bonnie++ printed no CSV line.
+    #[error("bonnie++ output has no CSV line")]
+    BonnieNoCsv,
+    /// bonnie++'s CSV did not parse.
+    #[error("bonnie++ output: {0}")]
+    BonnieOutput(#[source] bonnie::BonnieParseError),
+    /// A user job file could not be read.
+    #[error("job file {}: {source}", path.display())]
+    JobFileRead {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A user job file was refused.
+    #[error("job file {}: {source}", path.display())]
+    JobFile {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: fio::JobError,
+    },
+    /// The test area does not fit on the disk.
+    #[error("fio size {size} is larger than the disk ({disk_mib} MiB)")]
+    SizeTooLarge {
+        /// `size` as given.
+        size: String,
+        /// The disk.
+        disk_mib: u64,
+    },
+    /// A preset name that is not in the table.
+    #[error("unknown preset '{0}'")]
+    UnknownPreset(String),
+}
+
+/// An I/O engine as the cell pipeline uses it.
+pub trait WorkloadEngine: Send + Sync {
+    /// The engine's name ("fio", "bonnie++").
+    fn name(&self) -> &'static str;
+    /// Steps, sizes, window and job files for one cell.
+    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError>;
+    /// Metrics, per-second samples and measured seconds from the measurement's artifacts.
+    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError>;
+    /// Live IOPS from a status line the engine printed while running, if it prints any.
+    fn live_iops(&self, _line: &str) -> Option<LiveIops> {
+        None
+    }
+    /// True when the engine measures a filesystem (a raw layout then gets ext4).
+    fn needs_filesystem(&self) -> bool {
+        false
+    }
+}
+
+/// A resolved engine: a preset's (static) or one built for a user job file.
+pub enum EngineHandle {
+    /// From the preset table.
+    Preset(&'static dyn WorkloadEngine),
+    /// Built for this workload.
+    Owned(Box<dyn WorkloadEngine>),
+}
+
+impl Deref for EngineHandle {
+    type Target = dyn WorkloadEngine;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            EngineHandle::Preset(e) => *e,
+            EngineHandle::Owned(e) => e.as_ref(),
+        }
+    }
+}
+
+/// Where a fio job comes from.
+#[derive(Debug, Clone)]
+pub enum FioJob {
+    /// A preset's text with `{runtime}`, `{ramp}`, `{size}`, `{disk}`.
+    Preset(&'static str),
+    /// A user job file (keeps its own ramp_time; gets no warm-up step).
+    File(PathBuf),
+}
+
+/// fio with one job.
+#[derive(Debug, Clone)]
+pub struct Fio {
+    /// The job.
+    pub job: FioJob,
+}
+
+impl Fio {
+    /// A preset's engine.
+    pub const fn preset(job: &'static str) -> Fio {
+        Fio {
+            job: FioJob::Preset(job),
+        }
+    }
+
+    /// The job with `{disk}`; a preset runs `secs` seconds with `ramp` seconds of ramp_time.
+    fn job_text(&self, p: &EngineParams<'_>, secs: u32, ramp: u32) -> Result<String, EngineError> {
+        match &self.job {
+            FioJob::Preset(job) => Ok(fio::render_preset(job, secs, ramp, p.size)),
+            FioJob::File(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| EngineError::JobFileRead {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let job = fio::check_user_job(&text).map_err(|source| EngineError::JobFile {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(job.text)
+            }
+        }
+    }
+
+    /// A preset's warm-up as its own step: the same job for `ramp` seconds. The host window
+    /// then starts exactly when the warm-up ends, so QMP's counts match fio's (fio's in-job
+    /// ramp_time ends at a moment the host cannot see). Job files keep their own ramp_time.
+    fn ramp_step(&self, p: &EngineParams<'_>) -> Option<Step> {
+        let FioJob::Preset(job) = &self.job else {
+            return None;
+        };
+        (p.ramp > 0).then(|| Step::Fio {
+            job_text: fio::render_preset(job, p.ramp, 0, p.size).replace("{disk}", p.target),
+            args: vec![],
+            output_name: "ramp.json".into(),
+            log_prefix: None,
+        })
+    }
+}
+
+/// One sequential pass over the test area, so the measurement never hits first allocation.
+pub fn prefill_job(target: &str, size: &str) -> String {
+    format!(
+        "[prefill]\nfilename={target}\nsize={size}\nrw=write\nbs=1M\niodepth=8\nioengine=libaio\ndirect=1\n"
+    )
+}
+
+impl WorkloadEngine for Fio {
+    fn name(&self) -> &'static str {
+        "fio"
+    }
+
+    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
+        let disk_bytes = p.disk_mib << 20;
+        if p.size_bytes > disk_bytes {
+            return Err(EngineError::SizeTooLarge {
+                size: p.size.to_string(),
+                disk_mib: p.disk_mib,
+            });
+        }
+        let mut plan = EnginePlan {
+            disk_bytes,
+            window: (0, 1),
+            prefill_job: Some(prefill_job("{disk}", p.size)),
+            baseline_job: Some(self.job_text(p, p.runtime, p.ramp)?),
+            ..EnginePlan::default()
+        };
+        if p.prefill {
+            plan.prep.push(Step::Fio {
+                job_text: prefill_job(p.target, p.size),
+                args: vec![],
+                output_name: "prefill.json".into(),
+                log_prefix: None,
+            });
+        }
+        plan.measure.push(Step::DropCaches);
+        if let Some(ramp) = self.ramp_step(p) {
+            if let Step::Fio { job_text, .. } = &ramp {
+                plan.job_files.push(("ramp.fio", job_text.clone()));
+            }
+            plan.measure.push(ramp);
+            plan.window = (1, 2);
+        }
+        let job = self.job_text(p, p.runtime, 0)?.replace("{disk}", p.target);
+        let job_text = fio::with_log_options(&job, LOG_PREFIX);
+        plan.job_files.push(("job.fio", job_text.clone()));
+        plan.measure.push(Step::Fio {
+            job_text,
+            args: vec![],
+            output_name: "fio.json".into(),
+            log_prefix: Some(LOG_PREFIX.into()),
+        });
+        Ok(plan)
+    }
+
+    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
+        let text = artifacts
+            .get("fio.json")
+            .ok_or(EngineError::MissingArtifact {
+                engine: "fio",
+                what: "JSON output",
+            })?;
+        let run = fio::parse(text).map_err(EngineError::FioOutput)?;
+        let logs: Vec<(String, String)> = artifacts
+            .iter()
+            .filter(|(n, _)| n.starts_with(LOG_PREFIX))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        let ms = run.read.runtime_ms.max(run.write.runtime_ms);
+        let mut metrics = fio::metrics(&run);
+        metrics.extend(fio::io_counts(&run));
+        Ok(Parsed {
+            metrics,
+            samples: fio::samples_from_logs(&logs),
+            measured_secs: (ms > 0).then_some(ms as f64 / 1000.0),
+        })
+    }
+
+    fn live_iops(&self, line: &str) -> Option<LiveIops> {
+        fio::parse_eta(line).map(|(read, write)| LiveIops { read, write })
+    }
+}
+
+/// bonnie++ on the test filesystem.
+#[derive(Debug, Clone, Copy)]
+pub struct Bonnie;
+
+impl WorkloadEngine for Bonnie {
+    fn name(&self) -> &'static str {
+        "bonnie++"
+    }
+
+    fn needs_filesystem(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
+        let args = bonnie::default_args(p.memory_mib, TEST_MOUNTPOINT, p.bonnie_files, "vmbench");
+        Ok(EnginePlan {
+            // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
+            disk_bytes: (p.disk_mib << 20).max((p.memory_mib * 3) << 20),
+            prep: vec![],
+            job_files: vec![("bonnie.args", args.join("\n") + "\n")],
+            measure: vec![
+                Step::DropCaches,
+                Step::Bonnie {
+                    args,
+                    output_name: "bonnie.txt".into(),
+                },
+            ],
+            window: (0, 1),
+            baseline_job: None,
+            prefill_job: None,
+        })
+    }
+
+    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
+        let text = artifacts
+            .get("bonnie.txt")
+            .ok_or(EngineError::MissingArtifact {
+                engine: "bonnie++",
+                what: "output",
+            })?;
+        let line = bonnie::find_csv_line(text).ok_or(EngineError::BonnieNoCsv)?;
+        let run = bonnie::parse_csv(line).map_err(EngineError::BonnieOutput)?;
+        Ok(Parsed {
+            metrics: bonnie::metrics(&run),
+            samples: BTreeMap::new(),
+            measured_secs: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+        std::fs::read_to_string(format!("{p}{name}")).unwrap()
+    }
+
+    fn params(target: &str) -> EngineParams<'_> {
+        EngineParams {
+            runtime: 30,
+            ramp: 5,
+            size: "1G",
+            size_bytes: 1 << 30,
+            prefill: true,
+            memory_mib: 512,
+            bonnie_files: 4,
+            disk_mib: 2048,
+            target,
+        }
+    }
+
+    #[test]
+    fn fio_preset_plan_has_warmup_window_and_job_files() {
+        let e = Fio::preset(super::super::PG_RANDRW);
+        let plan = e.plan(&params("{disk}")).unwrap();
+        assert_eq!(plan.disk_bytes, 2048 << 20);
+        assert_eq!(plan.prep.len(), 1, "prefill");
+        assert_eq!(plan.window, (1, 2));
+        assert!(matches!(plan.measure[0], Step::DropCaches));
+        let names: Vec<_> = plan.job_files.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["ramp.fio", "job.fio"]);
+        let job = &plan.job_files[1].1;
+        assert!(job.contains("runtime=30\nramp_time=0\n"), "{job}");
+        assert!(job.contains("write_iops_log=vmbench"), "{job}");
+        let base = plan.baseline_job.unwrap();
+        assert!(base.contains("ramp_time=5") && base.contains("filename={disk}"));
+    }
+
+    #[test]
+    fn fio_refuses_a_test_area_larger_than_the_disk() {
+        let mut p = params("{disk}");
+        p.size_bytes = 4 << 30;
+        let e = Fio::preset(super::super::PG_RANDRW).plan(&p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "fio size 1G is larger than the disk (2048 MiB)"
+        );
+    }
+
+    #[test]
+    fn fio_job_file_gets_no_warmup_and_bad_files_name_the_file() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jobs/");
+        let e = Fio {
+            job: FioJob::File(format!("{dir}user-randrw.fio").into()),
+        };
+        let plan = e.plan(&params("{dir}/vmbench.fio")).unwrap();
+        assert_eq!(plan.window, (0, 1));
+        assert_eq!(plan.job_files.len(), 1);
+        let bad = Fio {
+            job: FioJob::File(format!("{dir}names-filename.fio").into()),
+        };
+        let err = bad.plan(&params("{disk}")).unwrap_err();
+        assert!(matches!(err, EngineError::JobFile { .. }), "{err}");
+        assert!(err.to_string().contains("names-filename.fio"), "{err}");
+    }
+
+    #[test]
+    fn fio_parses_real_json_and_per_second_logs() {
+        let mut a = BTreeMap::new();
+        a.insert("fio.json".into(), fixture("fio-host-pg-randrw.json"));
+        for kind in ["bw", "iops", "lat", "clat", "slat"] {
+            a.insert(
+                format!("vmbench_{kind}.1.log"),
+                fixture(&format!("fio-host-pg-randrw_{kind}.1.log")),
+            );
+        }
+        let p = Fio::preset(super::super::PG_RANDRW).parse(&a).unwrap();
+        let key = |k: &str| {
+            p.metrics
+                .iter()
+                .find(|m| m.key == k)
+                .map(|m| m.value.clone())
+        };
+        assert!(key("read_iops").is_some());
+        assert!(key("read_ios").is_some() && key("write_ios").is_some());
+        assert!(p.measured_secs.unwrap() > 0.0);
+        assert!(!p.samples.is_empty(), "per-second samples from the logs");
+        assert!(p.samples.values().all(|s| !s.is_empty()));
+    }
+
+    #[test]
+    fn missing_or_broken_output_is_an_engine_error() {
+        let e = Fio::preset(super::super::PG_RANDRW);
+        let err = e.parse(&BTreeMap::new()).unwrap_err();
+        assert_eq!(err.to_string(), "fio produced no JSON output");
+        let mut a = BTreeMap::new();
+        a.insert("fio.json".to_string(), "{not json".to_string());
+        assert!(matches!(e.parse(&a), Err(EngineError::FioOutput(_))));
+        let err = Bonnie.parse(&BTreeMap::new()).unwrap_err();
+        assert_eq!(err.to_string(), "bonnie++ produced no output");
+        a.insert("bonnie.txt".into(), "Using uid:0, gid:0.\n".into());
+        assert!(matches!(Bonnie.parse(&a), Err(EngineError::BonnieNoCsv)));
+    }
+
+    #[test]
+    fn bonnie_parses_real_csv_and_plans_room_for_its_file() {
+        let mut a = BTreeMap::new();
+        a.insert("bonnie.txt".to_string(), fixture("bonnie-guest-xfs.csv"));
+        let p = Bonnie.parse(&a).unwrap();
+        assert!(!p.metrics.is_empty());
+        assert!(p.samples.is_empty() && p.measured_secs.is_none());
+        let plan = Bonnie.plan(&params(TEST_MOUNTPOINT)).unwrap();
+        assert_eq!(plan.disk_bytes, 2048 << 20);
+        let mut big = params(TEST_MOUNTPOINT);
+        big.memory_mib = 1024;
+        assert_eq!(Bonnie.plan(&big).unwrap().disk_bytes, 3072 << 20);
+        assert_eq!(plan.job_files[0].0, "bonnie.args");
+        assert!(plan.job_files[0].1.contains("-s\n1024\n"));
+        assert!(plan.baseline_job.is_none());
+        assert_eq!(Bonnie.live_iops("Jobs: 1 [r=1k IOPS]"), None);
+    }
+
+    #[test]
+    fn fio_status_line_gives_live_iops() {
+        let e = Fio::preset(super::super::PG_RANDRW);
+        let l = "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]";
+        assert_eq!(
+            e.live_iops(l),
+            Some(LiveIops {
+                read: 10300,
+                write: 0
+            })
+        );
+        assert_eq!(e.live_iops("fio-3.33"), None);
+    }
+}
