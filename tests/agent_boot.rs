@@ -295,6 +295,7 @@ fn save_fixture(name: &str, text: &str) {
 }
 
 #[test]
+#[ignore = "host: root qemu"]
 fn agent_runs_fio_over_virtio_serial_and_powers_off() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();
@@ -363,6 +364,7 @@ fn agent_runs_fio_over_virtio_serial_and_powers_off() {
 }
 
 #[test]
+#[ignore = "host: root qemu"]
 fn agent_finds_hvc_console_by_handshake() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();
@@ -396,9 +398,9 @@ fn agent_finds_hvc_console_by_handshake() {
 }
 
 #[test]
-// Covered end to end by tests/matrix_workloads.rs (bonnie++ and xfs cells through vmbench);
-// kept for debugging the agent alone: `cargo test --test agent_boot -- --ignored`.
-#[ignore]
+// Also covered end to end by tests/matrix_workloads.rs (bonnie++ and xfs cells through vmbench);
+// this one checks the agent alone.
+#[ignore = "host: root qemu"]
 fn agent_makes_xfs_and_runs_bonnie() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();
@@ -440,7 +442,7 @@ fn agent_makes_xfs_and_runs_bonnie() {
 /// Boot latency: QEMU start to the agent's first byte on the socket, five runs. Run by
 /// scripts/bench-boot (ignored in the normal test run: it takes about a minute).
 #[test]
-#[ignore]
+#[ignore = "benchmark: timing only (its checks are agent_runs_fio_over_virtio_serial_and_powers_off's); scripts/bench-boot runs it"]
 fn bench_boot_to_first_byte() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();

@@ -8,6 +8,7 @@ use common::*;
 use vmbench::results::Outcome;
 
 #[test]
+#[ignore = "host: root libvirtd qemu"]
 fn hostile_guest_output_fails_each_cell_and_nothing_else() {
     let s = Scratch::new();
     let out = s.matrix(&[

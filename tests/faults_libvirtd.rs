@@ -49,6 +49,7 @@ fn restart_libvirtd() {
 }
 
 #[test]
+#[ignore = "host: root libvirtd qemu"]
 fn libvirtd_restart_mid_cell_fails_that_cell_and_the_next_one_runs() {
     let _back = LibvirtdBack;
     let s = Scratch::new();

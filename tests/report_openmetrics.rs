@@ -97,7 +97,7 @@ fn have_promtool() -> bool {
 }
 
 #[test]
-#[ignore = "host: needs promtool"]
+#[ignore = "host: promtool"]
 fn promtool_accepts_the_export() {
     assert!(
         have_promtool(),

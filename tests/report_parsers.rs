@@ -243,6 +243,7 @@ fn job_text_rendering_and_user_job_checks() {
 }
 
 #[test]
+#[ignore = "host: fio"]
 fn fio_parse_only_uses_the_host_fio() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.fio");

@@ -3,6 +3,7 @@
 //! cleans up through Drop guards (servers stop on drop, temp dirs are removed), and checks that
 //! no process, file or loop device it started is left.
 
+mod common;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use vmbench::cell::{Backend, Format};
@@ -100,6 +101,7 @@ fn qemu_io_roundtrip(target: &str, fmt: Format, cache: &str) {
 }
 
 #[test]
+#[ignore = "host: root qemu ganesha"]
 fn ganesha_embedded_and_external_nfs() {
     let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let rpcbind_before = cmd::pids_named("rpcbind");
@@ -231,6 +233,7 @@ fn half_failed_external(g: &Arc<Ganesha>) {
 }
 
 #[test]
+#[ignore = "host: root qemu tgtd"]
 fn tgt_embedded_and_external_iscsi() {
     let work = work_dir("vmbench-iscsi");
     let t = Arc::new(Tgt::start(work.path()).expect("tgtd starts"));
@@ -361,6 +364,7 @@ fn teardown_after_stop(work: &Path) {
 }
 
 #[test]
+#[ignore = "host: root qemu"]
 fn local_images_with_each_preallocation() {
     let work = work_dir("vmbench-local");
     let dir: PathBuf = work.path().join("images");
@@ -419,6 +423,7 @@ fn qemu_can_open(p: &Path) -> bool {
 }
 
 #[test]
+#[ignore = "host: root qemu"]
 fn a_private_work_dir_is_reported_and_does_lock_qemu_out() {
     use std::os::unix::fs::PermissionsExt;
     let work = work_dir("vmbench-local-priv");
@@ -442,6 +447,7 @@ fn alloc_bytes(p: &Path) -> u64 {
 }
 
 #[test]
+#[ignore = "host: root qemu loop"]
 fn block_raw_on_a_loop_device() {
     let work = work_dir("vmbench-block");
     let file = work.path().join("disk.img");
@@ -475,6 +481,7 @@ fn block_raw_on_a_loop_device() {
 
 /// With an rpcbind already running (someone else's), ganesha uses it and leaves it running.
 #[test]
+#[ignore = "host: root qemu ganesha"]
 fn ganesha_leaves_a_foreign_rpcbind_alone() {
     let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     struct Foreign(Option<std::process::Child>);
@@ -521,11 +528,11 @@ fn ganesha_leaves_a_foreign_rpcbind_alone() {
 /// a tmpfs directory exactly when cache=none (O_DIRECT) really fails there. (tmpfs has O_DIRECT
 /// since Linux 6.6, so on newer kernels both succeed.)
 #[test]
+#[ignore = "host: qemu"]
 fn check_agrees_with_qemu_cache_none_on_tmpfs() {
     let shm = Path::new("/dev/shm");
     if vmbench::storage::local::filesystem_name(shm) != "tmpfs" {
-        eprintln!("/dev/shm is not tmpfs here: nothing to show");
-        return;
+        return common::skip("/dev/shm is not tmpfs here: nothing to show");
     }
     let dir = tempfile::Builder::new()
         .prefix("vmbench-shm")
