@@ -513,6 +513,8 @@ mod tests {
     }
 
     #[test]
+
+    #[ignore = "host: root"]
     fn mounted_mode_refuses_a_non_nfs_dir() {
         let b = NfsBackend::mounted("/var/tmp".into());
         let e = b.check().unwrap_err().0;
