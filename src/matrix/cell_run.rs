@@ -6,7 +6,7 @@
 use super::config::{parse_size, MatrixConfig};
 use super::faults;
 use super::progress::{parse_fio_eta, Output, Phase, Ui};
-use crate::cell::{Cell, Hypervisor, Layout, WorkloadId};
+use crate::cell::{Cell, Hypervisor, WorkloadId};
 use crate::guest::{channel::Channel, Guest, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::{domain_xml, DiskSpec, DomainSpec};
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL, TEST_MOUNTPOINT};
+use vmbench_proto::{Job, Step, TEST_DISK_SERIAL, TEST_MOUNTPOINT};
 
 /// Set by SIGINT/SIGTERM; every wait in a cell also waits on it.
 #[derive(Default)]
@@ -325,20 +325,13 @@ const LOG_PREFIX: &str = "vmbench";
 impl WorkPlan {
     fn new(cfg: &MatrixConfig, cell: &Cell, _image: &ImageInfo) -> Result<WorkPlan, CellFailure> {
         let engine = workload::engine_of(&cell.workload);
-        let fs = match cell.layout {
-            Layout::Raw => None,
-            Layout::Ext4 => Some(Filesystem::Ext4),
-            Layout::Xfs => Some(Filesystem::Xfs),
-        };
-        let mut prep = Vec::new();
-        if let Some(fs) = fs {
-            prep.push(Step::Mkfs { fs });
-        }
-        let target = if fs.is_some() {
+        let mkfs = workload::layout_step(cell.layout);
+        let target = if mkfs.is_some() {
             "{dir}/vmbench.fio"
         } else {
             "{disk}"
         };
+        let mut prep: Vec<Step> = mkfs.into_iter().collect();
         let mut disk_bytes = cfg.disk_mib << 20;
         let (mut baseline_job, mut prefill_text) = (None, None);
         let mut window = (0, 1);

@@ -6,6 +6,7 @@ pub mod cell_run;
 pub mod config;
 pub mod dry_run;
 pub mod faults;
+pub mod presets;
 pub mod probe;
 pub mod progress;
 pub mod runner;
@@ -91,9 +92,10 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
     out
 }
 
-/// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured).
+/// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured); the
+/// other layouts (ext4, xfs, part-ext4, lvm-ext4) are filesystems already.
 fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
-    if asked == Layout::Raw && crate::workload::engine_of(w) == Engine::Bonnie {
+    if !asked.is_filesystem() && crate::workload::engine_of(w) == Engine::Bonnie {
         Layout::Ext4
     } else {
         asked
@@ -156,7 +158,7 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
+pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
     rule.iter().all(|(k, v)| {
         let actual = match k.as_str() {
             "hypervisor" => c.hypervisor.to_string(),

@@ -9,6 +9,7 @@
 //! never a number.
 
 pub mod html;
+pub mod seed;
 pub mod summary;
 
 use crate::cell::WorkloadId;

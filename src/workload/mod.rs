@@ -115,6 +115,21 @@ pub const PRESETS: &[Preset] = &[
     },
 ];
 
+/// The guest step that lays a cell's layout on the disk under test and mounts it, or `None` for
+/// the raw device.
+pub fn layout_step(layout: crate::cell::Layout) -> Option<vmbench_proto::Step> {
+    use crate::cell::Layout;
+    use vmbench_proto::{Filesystem, Step, Volume};
+    let (fs, volume) = match layout {
+        Layout::Raw => return None,
+        Layout::Ext4 => (Filesystem::Ext4, Volume::Whole),
+        Layout::Xfs => (Filesystem::Xfs, Volume::Whole),
+        Layout::PartExt4 => (Filesystem::Ext4, Volume::Partition),
+        Layout::LvmExt4 => (Filesystem::Ext4, Volume::Lvm),
+    };
+    Some(Step::Mkfs { fs, volume })
+}
+
 /// The preset with this name.
 pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
