@@ -208,6 +208,9 @@ async fn attempt(
         };
         let out = run_job(env, &dom, &mut guest, job, &console, |_| {}).await?;
         check_steps(&out, &plan.prep, &console)?;
+        params.extend(workload::mounted_device(
+            out.steps.values().map(|e| &*e.stderr_tail),
+        ));
     }
     drop_host_caches();
 
