@@ -12,8 +12,22 @@ fn bonnie_on(layout: &str) -> (Scratch, vmbench::results::CellResult) {
         .args(["--runs-dir".as_ref(), s.runs().as_os_str()])
         .args(["--work-dir".as_ref(), s.work().as_os_str()])
         .args(["--db".as_ref(), s.db().as_os_str()])
-        .args(["--memory", "192", "--disk-mib", "640", "--bonnie-files", "1"])
-        .args(["--backend", "local", "--format", "raw", "--workload", "bonnie"])
+        .args([
+            "--memory",
+            "192",
+            "--disk-mib",
+            "640",
+            "--bonnie-files",
+            "1",
+        ])
+        .args([
+            "--backend",
+            "local",
+            "--format",
+            "raw",
+            "--workload",
+            "bonnie",
+        ])
         .args(["--layout", layout])
         .env("NO_COLOR", "1")
         .output()

@@ -586,7 +586,10 @@ mod tests {
         assert!(out.contains("kvm-guest-nfs-qcow-100mb: kvm guest, qcow2 on nfs over a 100 Mbit link — not measured here"), "{out}");
         // The fixture's measured block write (K/sec) is in the measured table.
         assert!(out.contains("26827 (n=1)"), "{out}");
-        assert!(out.contains("[not measured here] KVM over NFS beats Xen over NFS"), "{out}");
+        assert!(
+            out.contains("[not measured here] KVM over NFS beats Xen over NFS"),
+            "{out}"
+        );
     }
 
     #[test]
