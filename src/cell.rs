@@ -154,8 +154,19 @@ dimension!(
         Ext4 => "ext4",
         /// An XFS filesystem made in the guest.
         Xfs => "xfs",
+        /// ext4 on one primary partition (MBR) of the disk, made in the guest.
+        PartExt4 => "part-ext4",
+        /// ext4 on an LVM logical volume (PV, VG, one LV over the whole disk), made in the guest.
+        LvmExt4 => "lvm-ext4",
     }
 );
+
+impl Layout {
+    /// Whether the engine sees a mounted filesystem (everything but `raw`).
+    pub fn is_filesystem(self) -> bool {
+        self != Layout::Raw
+    }
+}
 
 impl IoMode {
     /// libvirt spells io_uring as `io_uring` too; kept as a method so the mapping has one place.

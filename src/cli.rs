@@ -43,6 +43,8 @@ pub enum Command {
     Export(ExportArgs),
     /// Import a run exported as JSON.
     Import(ImportArgs),
+    /// List the seed presets (`vmbench matrix --preset NAME`), one line each.
+    Presets,
 }
 
 /// `vmbench image` actions.
@@ -79,8 +81,11 @@ pub struct DbArgs {
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
     /// TOML file with the matrix; command-line options override it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "preset")]
     pub config: Option<PathBuf>,
+    /// A write-up's matrix (see `vmbench presets`); command-line options override it.
+    #[arg(long)]
+    pub preset: Option<String>,
     /// Hypervisors: kvm, qemu (TCG), xen. [default: qemu]
     #[arg(long)]
     pub hypervisor: Option<String>,
@@ -272,6 +277,10 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
+    /// Show the write-up's published table beside the run's and check its conclusions
+    /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition).
+    #[arg(long, value_name = "NAME")]
+    pub against_seed: Option<String>,
     /// Write to this file instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -384,9 +393,12 @@ pub struct ImportArgs {
 
 /// Builds the matrix configuration: defaults, then the TOML file, then CLI flags.
 pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
-    let mut c = match &a.config {
-        Some(p) => MatrixConfig::from_file(p).map_err(|e| CliError::Usage(e.to_string()))?,
-        None => MatrixConfig::default(),
+    let mut c = match (&a.config, &a.preset) {
+        (Some(p), _) => MatrixConfig::from_file(p).map_err(|e| CliError::Usage(e.to_string()))?,
+        (None, Some(name)) => crate::matrix::presets::seed_preset(name)
+            .map_err(CliError::Usage)?
+            .config(),
+        (None, None) => MatrixConfig::default(),
     };
     macro_rules! list {
         ($field:ident) => {
@@ -468,6 +480,11 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     s.allow_destroy |= a.allow_destroy;
     s.force |= a.force;
     test_hooks(&mut c, a)?;
+    if a.preset.is_some() && c.storage.block_device.is_none() {
+        // A preset's block system needs a device the user names; without one it is listed as
+        // not measured (see `SeedPreset::not_here`) instead of refusing the whole preset.
+        c.backend.retain(|b| *b != crate::cell::Backend::Block);
+    }
     c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(c)
 }

@@ -67,6 +67,10 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
         Command::Recommend(a) => cmd_recommend(&a),
         Command::Export(a) => cmd_export(&a),
         Command::Import(a) => cmd_import(&a),
+        Command::Presets => {
+            print!("{}", vmbench::matrix::presets::listing());
+            Ok(0)
+        }
     }
 }
 
@@ -99,6 +103,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
         // rather than silently ignored.
         Some(dir) => {
             if a.config.is_some()
+                || a.preset.is_some()
                 || cli::matrix_config(&a)? != vmbench::matrix::config::MatrixConfig::default()
             {
                 return Err(CliError::Usage(
@@ -112,6 +117,15 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     for w in &cfg.workload {
         if let vmbench::cell::WorkloadId::FioFile(p) = w {
             check_job_file(p)?;
+        }
+    }
+    if let Some(p) = &a.preset {
+        // Say up front what of the write-up this run cannot reproduce.
+        for line in matrix::presets::seed_preset(p)
+            .map_err(CliError::Usage)?
+            .not_here
+        {
+            eprintln!("preset {p}: not measured here: {line}");
         }
     }
     if a.dry_run {
@@ -283,6 +297,11 @@ fn cmd_runs(a: &cli::DbArgs) -> Result<i32, CliError> {
 fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
     let spec = if a.last { "last" } else { a.run.as_str() };
     let run = load_run(spec, &a.db)?;
+    if let Some(seed) = &a.against_seed {
+        let text = report::seed::against(&run, seed).map_err(|e| CliError::Usage(e.to_string()))?;
+        write_out(&a.output, &text)?;
+        return Ok(0);
+    }
     let text = match a.format {
         ReportFormat::Text => report::text(&run.cells),
         ReportFormat::Markdown => report::markdown(&run.cells),

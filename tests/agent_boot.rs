@@ -380,6 +380,7 @@ fn agent_finds_hvc_console_by_handshake() {
         steps: vec![
             Step::Mkfs {
                 fs: Filesystem::Ext4,
+                volume: Default::default(),
             },
             Step::DropCaches,
         ],
@@ -417,6 +418,7 @@ fn agent_makes_xfs_and_runs_bonnie() {
         steps: vec![
             Step::Mkfs {
                 fs: Filesystem::Xfs,
+                volume: Default::default(),
             },
             Step::Bonnie {
                 args: bonnie.iter().map(|s| s.to_string()).collect(),

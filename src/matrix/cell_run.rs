@@ -6,7 +6,7 @@
 use super::cell_error::{CellError, ConsoleTail, DomainNote};
 use super::config::{parse_size, MatrixConfig};
 use super::progress::{Output, Phase, Ui};
-use crate::cell::{Cell, Hypervisor, Layout};
+use crate::cell::{Cell, Hypervisor};
 use crate::guest::{channel::Channel, Guest, GuestError, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::watch;
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use vmbench_proto::{Filesystem, Job, Step, TEST_DISK_SERIAL};
+use vmbench_proto::{Job, Step, TEST_DISK_SERIAL};
 
 /// Set by SIGINT/SIGTERM; every wait in a cell also waits on it.
 #[derive(Default)]
@@ -233,7 +233,7 @@ impl CellCtx<'_, '_> {
     }
 
     /// mkfs and the engine's prefill, then the host's page cache out of the way.
-    async fn prefill(&self, b: &mut Booted, plan: &WorkPlan) -> Result<(), CellError> {
+    async fn prefill(&mut self, b: &mut Booted, plan: &WorkPlan) -> Result<(), CellError> {
         let prep = &plan.steps.prep;
         if !prep.is_empty() {
             self.env.ui.send(Output::Phase(Phase::Prefill));
@@ -244,6 +244,8 @@ impl CellCtx<'_, '_> {
             };
             let out = self.run_job(b, job, |_| {}).await?;
             check_steps(&out, prep, &b.console)?;
+            let tails = out.steps.values().map(|e| &*e.stderr_tail);
+            self.params.extend(workload::mounted_device(tails));
         }
         drop_host_caches();
         Ok(())
@@ -464,12 +466,8 @@ struct WorkPlan {
 impl WorkPlan {
     fn new(cfg: &MatrixConfig, cell: &Cell) -> Result<WorkPlan, CellError> {
         let engine = workload::engine(&cell.workload).map_err(CellError::Plan)?;
-        let fs = match cell.layout {
-            Layout::Raw => None,
-            Layout::Ext4 => Some(Filesystem::Ext4),
-            Layout::Xfs => Some(Filesystem::Xfs),
-        };
-        let target = match fs {
+        let mkfs = workload::layout_step(cell.layout);
+        let target = match mkfs {
             Some(_) => "{dir}/vmbench.fio",
             None => "{disk}",
         };
@@ -486,8 +484,8 @@ impl WorkPlan {
             target,
         };
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
-        if let Some(fs) = fs {
-            steps.prep.insert(0, Step::Mkfs { fs });
+        if let Some(mkfs) = mkfs {
+            steps.prep.insert(0, mkfs);
         }
         Ok(WorkPlan { engine, steps })
     }

@@ -6,6 +6,7 @@ pub mod cell_error;
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
+pub mod presets;
 pub mod probe;
 pub mod progress;
 pub mod runner;
@@ -91,10 +92,11 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
     out
 }
 
-/// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured).
+/// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured); the
+/// other layouts (ext4, xfs, part-ext4, lvm-ext4) are filesystems already.
 fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
     let needs_fs = crate::workload::engine(w).is_ok_and(|e| e.needs_filesystem());
-    if asked == Layout::Raw && needs_fs {
+    if !asked.is_filesystem() && needs_fs {
         Layout::Ext4
     } else {
         asked
@@ -143,7 +145,7 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
+pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
     rule.iter().all(|(k, v)| {
         let actual = match k.as_str() {
             "hypervisor" => c.hypervisor.to_string(),

@@ -11,6 +11,7 @@
 
 pub mod html;
 pub mod openmetrics;
+pub mod seed;
 pub mod summary;
 
 use crate::cell::WorkloadId;

@@ -120,6 +120,31 @@ pub static PRESETS: &[Preset] = &[
     },
 ];
 
+/// The guest step that lays a cell's layout on the disk under test and mounts it, or `None` for
+/// the raw device.
+pub fn layout_step(layout: crate::cell::Layout) -> Option<vmbench_proto::Step> {
+    use crate::cell::Layout;
+    use vmbench_proto::{Filesystem, Step, Volume};
+    let (fs, volume) = match layout {
+        Layout::Raw => return None,
+        Layout::Ext4 => (Filesystem::Ext4, Volume::Whole),
+        Layout::Xfs => (Filesystem::Xfs, Volume::Whole),
+        Layout::PartExt4 => (Filesystem::Ext4, Volume::Partition),
+        Layout::LvmExt4 => (Filesystem::Ext4, Volume::Lvm),
+    };
+    Some(Step::Mkfs { fs, volume })
+}
+
+/// The agent's "mounted DEVICE (FSTYPE)" line in a step's stderr tail, as the param
+/// `guest_mounted_device` = DEVICE: which device (disk, partition, LV) the filesystem went on.
+pub fn mounted_device<'a>(tails: impl IntoIterator<Item = &'a str>) -> Option<(String, String)> {
+    tails.into_iter().flat_map(str::lines).find_map(|l| {
+        let rest = l.strip_prefix("vmbench-agent: mounted ")?;
+        let dev = rest.split_whitespace().next()?;
+        Some(("guest_mounted_device".to_string(), dev.to_string()))
+    })
+}
+
 /// The preset with this name.
 pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
@@ -167,5 +192,18 @@ mod tests {
         assert!(check(&"bonnie".parse().unwrap()).is_ok());
         assert!(check(&"file:/x.fio".parse().unwrap()).is_ok());
         assert!(matches!(engine(&w), Err(EngineError::UnknownPreset(_))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mounted_device_is_read_from_the_agent_line() {
+        let tails = ["mke2fs 1.47\nvmbench-agent: mounted /dev/mapper/vmbench-test (ext4)"];
+        assert_eq!(
+            super::mounted_device(tails).unwrap().1,
+            "/dev/mapper/vmbench-test"
+        );
+        assert_eq!(super::mounted_device(["no such line"]), None);
     }
 }

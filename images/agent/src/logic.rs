@@ -188,6 +188,48 @@ pub fn count_cpus(online: &str) -> u32 {
         .sum()
 }
 
+/// First sector of the partition: 1 MiB in, as fdisk and parted align.
+pub const PARTITION_START_SECTOR: u32 = 2048;
+
+/// An MBR with one primary Linux (0x83) partition from sector 2048 to the end of a disk of
+/// `sectors` 512-byte sectors (at most 2 TiB: MBR's limit), or why not.
+pub fn mbr_one_partition(sectors: u64) -> Result<[u8; 512], String> {
+    let start = u64::from(PARTITION_START_SECTOR);
+    if sectors <= start + 2048 {
+        return Err(format!(
+            "disk of {sectors} sectors is too small for a partition"
+        ));
+    }
+    let len = u32::try_from(sectors - start)
+        .map_err(|_| format!("disk of {sectors} sectors is beyond MBR's 2 TiB"))?;
+    let mut mbr = [0u8; 512];
+    mbr[440..444].copy_from_slice(&0x766d_6265u32.to_le_bytes()); // disk signature "vmbe"
+    let e = &mut mbr[446..462];
+    // Status 0 (not bootable); CHS fields say "use LBA" (0xfe 0xff 0xff), as modern tools do.
+    e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    e[4] = 0x83;
+    e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    e[8..12].copy_from_slice(&PARTITION_START_SECTOR.to_le_bytes());
+    e[12..16].copy_from_slice(&len.to_le_bytes());
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    Ok(mbr)
+}
+
+/// The kernel's name for partition 1 of `disk` (`vda` -> `vda1`, `nvme0n1` -> `nvme0n1p1`).
+pub fn first_partition(disk: &str) -> String {
+    if disk.ends_with(|c: char| c.is_ascii_digit()) {
+        format!("{disk}p1")
+    } else {
+        format!("{disk}1")
+    }
+}
+
+/// lvm.conf for a guest without udev: lvm makes /dev nodes itself and never waits for udev.
+pub const LVM_CONF: &str = "devices {\n  obtain_device_list_from_udev = 0\n  \
+external_device_info_source = \"none\"\n}\nactivation {\n  udev_sync = 0\n  udev_rules = 0\n  \
+monitoring = 0\n}\nglobal {\n  use_lvmlockd = 0\n}\nbackup {\n  backup = 0\n  archive = 0\n}\n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +366,20 @@ mod tests {
         assert_eq!(count_cpus("0-3,6,8-9"), 7);
         assert_eq!(count_cpus("0"), 1);
         assert_eq!(count_cpus("x-y"), 0);
+    }
+
+    #[test]
+    fn mbr_has_one_linux_partition_to_the_end() {
+        let mbr = mbr_one_partition(2 * 1024 * 1024).unwrap(); // 1 GiB
+        assert_eq!(&mbr[510..], &[0x55, 0xaa]);
+        assert_eq!(mbr[446 + 4], 0x83);
+        let u = |o: usize| u32::from_le_bytes(mbr[o..o + 4].try_into().unwrap());
+        assert_eq!(u(446 + 8), 2048);
+        assert_eq!(u(446 + 12), 2 * 1024 * 1024 - 2048);
+        assert!(mbr[462..510].iter().all(|b| *b == 0), "only one entry");
+        assert!(mbr_one_partition(4096).is_err());
+        assert!(mbr_one_partition(1 << 33).unwrap_err().contains("2 TiB"));
+        assert_eq!(first_partition("vda"), "vda1");
+        assert_eq!(first_partition("nvme0n1"), "nvme0n1p1");
     }
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vmbench_proto::{Filesystem, GuestMsg, Job, Step, TEST_MOUNTPOINT};
+use vmbench_proto::{Filesystem, GuestMsg, Job, Step, Volume, TEST_MOUNTPOINT};
 
 use crate::logic::{self, Tail};
 use crate::port::Writer;
@@ -87,7 +87,14 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &str, w: &Writer) -> Result<O
             write_proc("/proc/sys/vm/drop_caches", "3")?;
             Ok(Outcome::ok())
         }
-        Step::Mkfs { fs } => mkfs(*fs, disk),
+        Step::Mkfs { fs, volume } => {
+            let target = match volume {
+                Volume::Whole => disk.to_string(),
+                Volume::Partition => partition(disk)?,
+                Volume::Lvm => lvm_volume(disk)?,
+            };
+            mkfs(*fs, &target)
+        }
         Step::Fio {
             job_text,
             args,
@@ -140,10 +147,101 @@ fn mkfs(fs: Filesystem, disk: &str) -> Result<Outcome, String> {
         });
     }
     sys::mount(disk, TEST_MOUNTPOINT, fstype, None).map_err(|e| e.to_string())?;
+    // The host records this line: which device the filesystem went on.
     Ok(Outcome {
         exit_code: 0,
-        stderr_tail: tail,
+        stderr_tail: format!("{tail}{MOUNTED_PREFIX}{disk} ({fstype})")
+            .trim()
+            .to_string(),
     })
+}
+
+/// Start of the line naming the device the filesystem was mounted from.
+const MOUNTED_PREFIX: &str = "\nvmbench-agent: mounted ";
+
+/// Writes an MBR with one primary partition over `disk`, has the kernel re-read it and returns
+/// the partition's device path.
+fn partition(disk: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
+    let name = disk.trim_start_matches("/dev/");
+    let sectors: u64 = std::fs::read_to_string(format!("/sys/block/{name}/size"))
+        .map_err(|e| format!("size of {disk}: {e}"))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("size of {disk}: {e}"))?;
+    let mbr = logic::mbr_one_partition(sectors)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .map_err(|e| format!("opening {disk}: {e}"))?;
+    f.write_all(&mbr)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("writing the partition table of {disk}: {e}"))?;
+    const BLKRRPART: libc::c_ulong = 0x125f;
+    // SAFETY: fd is open for the call; BLKRRPART takes no argument.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKRRPART) } != 0 {
+        return Err(format!(
+            "re-reading the partition table of {disk}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let part = format!("/dev/{}", logic::first_partition(name));
+    wait_for(Path::new(&part))?;
+    Ok(part)
+}
+
+/// devtmpfs creates nodes asynchronously: waits up to 5 s for one.
+fn wait_for(node: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !node.exists() {
+        if Instant::now() > deadline {
+            return Err(format!("{} did not appear within 5 s", node.display()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Volume group and logical volume the agent makes on the disk under test.
+const VG: &str = "vmbench";
+const LV: &str = "test";
+
+/// Makes a PV on `disk`, a VG on it and one LV over all of it with lvm2; returns the LV's path.
+fn lvm_volume(disk: &str) -> Result<String, String> {
+    // No udev in the guest: lvm makes the /dev nodes and must not wait for udev.
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    std::fs::create_dir_all("/etc/lvm").map_err(|e| io("/etc/lvm", e))?;
+    std::fs::write("/etc/lvm/lvm.conf", logic::LVM_CONF).map_err(|e| io("lvm.conf", e))?;
+    for d in ["/run/lock/lvm", "/run/lvm"] {
+        std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
+    }
+    lvm(&["pvcreate", "-ff", "-y", disk])?;
+    lvm(&["vgcreate", VG, disk])?;
+    lvm(&["lvcreate", "-y", "-Wn", "-n", LV, "-l", "100%FREE", VG])?;
+    lvm(&["vgmknodes", VG])?;
+    let path = format!("/dev/mapper/{VG}-{LV}");
+    wait_for(Path::new(&path))?;
+    Ok(path)
+}
+
+/// Runs one `lvm` subcommand; a failure carries its stderr tail.
+fn lvm(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("lvm")
+        .args(args)
+        .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("starting lvm {} (is lvm2 in the image?): {e}", args[0]))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "lvm {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        logic::tail_lines(&String::from_utf8_lossy(&out.stderr), TAIL_LINES)
+    ))
 }
 
 /// Collects the tail of a child's stderr on its own thread.

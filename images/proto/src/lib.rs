@@ -153,10 +153,14 @@ pub struct Job {
 pub enum Step {
     /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
     DropCaches,
-    /// Make a filesystem on the disk under test and mount it on [`TEST_MOUNTPOINT`].
+    /// Make a filesystem on the disk under test (or on a volume made on it first) and mount it
+    /// on [`TEST_MOUNTPOINT`].
     Mkfs {
         /// Which filesystem.
         fs: Filesystem,
+        /// What the filesystem goes on; absent (older hosts) means the whole disk.
+        #[serde(default, skip_serializing_if = "Volume::is_whole")]
+        volume: Volume,
     },
     /// Run fio on a job file; ship the named outputs back as blobs.
     Fio {
@@ -192,6 +196,26 @@ pub enum Filesystem {
     Ext4,
     /// mkfs.xfs
     Xfs,
+}
+
+/// What the guest puts between the disk under test and the filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Volume {
+    /// The whole disk.
+    #[default]
+    Whole,
+    /// One primary partition spanning the disk (MBR written by the agent).
+    Partition,
+    /// An LVM logical volume over the whole disk (PV, VG, one LV; lvm2 in the guest).
+    Lvm,
+}
+
+impl Volume {
+    /// Whether this is the default (kept off the wire for compatibility).
+    pub fn is_whole(&self) -> bool {
+        *self == Volume::Whole
+    }
 }
 
 /// Why a frame was refused.
@@ -425,6 +449,11 @@ mod tests {
                 Step::DropCaches,
                 Step::Mkfs {
                     fs: Filesystem::Ext4,
+                    volume: Volume::Whole,
+                },
+                Step::Mkfs {
+                    fs: Filesystem::Ext4,
+                    volume: Volume::Partition,
                 },
                 Step::Fio {
                     job_text: "[x]\nfilename={disk}\n".into(),
@@ -436,5 +465,29 @@ mod tests {
         });
         let f = encode(&job).unwrap();
         assert_eq!(decode::<HostMsg>(&f[..f.len() - 1]).unwrap(), job);
+    }
+
+    #[test]
+    fn mkfs_without_volume_is_the_whole_disk_both_ways() {
+        // What hosts before the volume field sent, and what they still receive for `ext4`.
+        let old = r#"{"step":"mkfs","fs":"ext4"}"#;
+        let step: Step = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            step,
+            Step::Mkfs {
+                fs: Filesystem::Ext4,
+                volume: Volume::Whole
+            }
+        );
+        assert_eq!(serde_json::to_string(&step).unwrap(), old);
+        let lvm: Step =
+            serde_json::from_str(r#"{"step":"mkfs","fs":"ext4","volume":"lvm"}"#).unwrap();
+        assert!(matches!(
+            lvm,
+            Step::Mkfs {
+                volume: Volume::Lvm,
+                ..
+            }
+        ));
     }
 }
