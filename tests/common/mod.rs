@@ -184,3 +184,10 @@ pub fn assert_real_randrw(c: &CellResult) {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+pub fn skip(reason: &str) {
+    eprintln!(
+        "skipped: {}: {reason}",
+        std::thread::current().name().unwrap_or("?")
+    );
+}
