@@ -289,6 +289,15 @@ pub struct ReportArgs {
     pub db: DbArgs,
 }
 
+/// `vmbench compare --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompareFormat {
+    /// Terminal table.
+    Text,
+    /// Self-contained HTML page (summary first, 95% CIs drawn against the noise band).
+    Html,
+}
+
 /// `vmbench compare`.
 #[derive(Debug, Args)]
 #[command(
@@ -334,6 +343,12 @@ pub struct CompareArgs {
     /// adjusted p; threshold and its source).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Output format: a terminal table, or one self-contained HTML page.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: CompareFormat,
+    /// Write the output here instead of stdout.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,

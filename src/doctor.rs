@@ -44,6 +44,7 @@ pub async fn run(a: &DoctorArgs) -> i32 {
     let ok = checks
         .iter()
         .any(|c| c.what == "hypervisor qemu (TCG)" && c.status == "ok");
+    let checks = wrap_details(checks, terminal_width());
     println!("{}", tabled::Table::new(&checks).with(Style::sharp()));
     if ok {
         0
@@ -127,6 +128,11 @@ async fn kvm(
     let (Some(conn), Some(image)) = (conn, image) else {
         return Err("/dev/kvm present; boot probe needs libvirt and the guest image".into());
     };
+    // The probe boots a real guest, which takes a while under TCG: say so before waiting.
+    eprintln!(
+        "probing kvm: booting the guest once (up to {} s) to see that KVM really works ...",
+        crate::matrix::probe::PROBE_BOOT_SECS
+    );
     let dir = std::env::temp_dir().join(format!("vmbench-doctor-{}", std::process::id()));
     let cancel = Cancel::default();
     crate::matrix::probe::boot_probe(Hypervisor::Kvm, conn, image, &dir, &cancel, "doctor")
@@ -172,4 +178,110 @@ fn newest_image(cache: &Path) -> Option<crate::image::ImageInfo> {
         .collect();
     found.sort_by_key(|(t, _)| *t);
     found.pop().map(|(_, i)| i)
+}
+
+/// Width used when stdout is not a terminal (a log, a pipe).
+const DEFAULT_WIDTH: usize = 100;
+
+/// The terminal's width: `TIOCGWINSZ` on stdout, else `COLUMNS`, else [`DEFAULT_WIDTH`].
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ only writes a winsize into the struct we own.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    if r == 0 && ws.ws_col > 0 {
+        return ws.ws_col.into();
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c: &usize| c > 0)
+        .unwrap_or(DEFAULT_WIDTH)
+}
+
+/// Wraps each detail so the whole table fits in `width` columns.
+fn wrap_details(checks: Vec<Check>, width: usize) -> Vec<Check> {
+    // Borders and padding of a 3-column sharp table: 4 bars + 2 spaces per column.
+    const CHROME: usize = 4 + 6;
+    const MIN_DETAIL: usize = 20;
+    let what = checks
+        .iter()
+        .map(|c| c.what.chars().count())
+        .max()
+        .unwrap_or(5);
+    let status = checks
+        .iter()
+        .map(|c| c.status.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let room = width.saturating_sub(what + status + CHROME).max(MIN_DETAIL);
+    checks
+        .into_iter()
+        .map(|c| Check {
+            detail: wrap(&c.detail, room),
+            ..c
+        })
+        .collect()
+}
+
+/// Breaks `text` into lines of at most `width` characters, at spaces where possible.
+fn wrap(text: &str, width: usize) -> String {
+    let mut lines: Vec<String> = vec![];
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        // A word longer than a line is cut.
+        while word.len() > width {
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+            }
+            lines.push(word.drain(..width).collect());
+        }
+        let word: String = word.into_iter().collect();
+        let need = line.chars().count() + usize::from(!line.is_empty()) + word.chars().count();
+        if need > width && !line.is_empty() {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_lines_within_width_and_words_whole() {
+        let w = wrap(
+            "unsupported on this host: /dev/kvm present; boot probe needs libvirt",
+            20,
+        );
+        assert!(w.lines().all(|l| l.chars().count() <= 20), "{w}");
+        assert_eq!(
+            w.replace('\n', " "),
+            "unsupported on this host: /dev/kvm present; boot probe needs libvirt"
+        );
+        assert_eq!(wrap("abcdefghij", 4), "abcd\nefgh\nij");
+        assert_eq!(wrap("", 10), "");
+    }
+
+    #[test]
+    fn table_fits_the_width() {
+        let checks = vec![check(
+            "hypervisor kvm",
+            Err("a long reason ".repeat(20)),
+            "unsupported",
+        )];
+        let checks = wrap_details(checks, 80);
+        let t = tabled::Table::new(&checks).with(Style::sharp()).to_string();
+        assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+        assert!(t.lines().count() > 5, "detail wrapped over lines");
+    }
 }

@@ -344,7 +344,11 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
         opts.history_noise = compare::history_noise(&base, &history);
     }
     let cmp = compare::compare(&base, &cand, &opts);
-    println!("{}", cmp.table());
+    let text = match a.format {
+        cli::CompareFormat::Text => format!("{}\n", cmp.table()),
+        cli::CompareFormat::Html => vmbench::report::compare_html::compare_html(&cmp),
+    };
+    write_out(&a.output, &text)?;
     if let Some(p) = &a.junit {
         write_out(&Some(p.clone()), &cmp.junit_xml())?;
     }

@@ -321,9 +321,7 @@ impl RunCtx {
             Err(OpenError::Unsupported(r)) => {
                 return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
             }
-            Err(OpenError::Failed(r)) => {
-                return Some(failed(cell, repeat, CellError::Backend(r)))
-            }
+            Err(OpenError::Failed(r)) => return Some(failed(cell, repeat, CellError::Backend(r))),
         };
         if let Err(u) = backend.check() {
             return Some(not_run(

@@ -9,6 +9,7 @@
 //! Repeats of a cell are aggregated by [`summary`]. A cell that did not pass shows its outcome,
 //! never a number.
 
+pub mod compare_html;
 pub mod html;
 pub mod openmetrics;
 pub mod seed;

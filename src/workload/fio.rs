@@ -724,3 +724,122 @@ mod tests {
         assert_eq!(parse_eta("[x=1 IOPS]"), Some((0, 0)));
     }
 }
+
+/// fio parameters a sweep (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) sets over a preset's
+/// own values. Not yet wired into the matrix (issue 16 item 4): the type and its rendering
+/// come first so the cell id and the job text are fixed by tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FioOverrides {
+    /// Block size, e.g. `4k`.
+    pub bs: Option<String>,
+    /// Queue depth per job.
+    pub iodepth: Option<u32>,
+    /// Parallel jobs.
+    pub numjobs: Option<u32>,
+    /// Read share of a mixed workload, in percent (fio `rwmixread`).
+    pub rwmix: Option<u8>,
+}
+
+impl FioOverrides {
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![];
+        if let Some(b) = &self.bs {
+            v.push(("bs", b.clone()));
+        }
+        if let Some(d) = self.iodepth {
+            v.push(("iodepth", d.to_string()));
+        }
+        if let Some(n) = self.numjobs {
+            v.push(("numjobs", n.to_string()));
+        }
+        if let Some(r) = self.rwmix {
+            v.push(("rwmixread", r.to_string()));
+        }
+        v
+    }
+
+    /// The cell id suffix: empty when nothing is set, so ids without a sweep do not change.
+    pub fn slug(&self) -> String {
+        fn short(k: &str) -> &str {
+            match k {
+                "iodepth" => "qd",
+                "numjobs" => "nj",
+                "rwmixread" => "rw",
+                k => k,
+            }
+        }
+        self.pairs()
+            .iter()
+            .map(|(k, v)| format!("-{}{}", short(k), v.to_lowercase()))
+            .collect()
+    }
+
+    /// The job text with every set key's lines replaced; a key the job does not have is added
+    /// to `[global]` (so it applies to every job section).
+    pub fn apply(&self, job: &str) -> String {
+        let pairs = self.pairs();
+        let mut seen = vec![false; pairs.len()];
+        let mut out: Vec<String> = job
+            .lines()
+            .map(|l| {
+                let key = l.split('=').next().unwrap_or("").trim();
+                match pairs.iter().position(|(k, _)| *k == key) {
+                    Some(i) => {
+                        seen[i] = true;
+                        format!("{}={}", pairs[i].0, pairs[i].1)
+                    }
+                    None => l.to_string(),
+                }
+            })
+            .collect();
+        let missing: Vec<String> = pairs
+            .iter()
+            .zip(&seen)
+            .filter(|(_, s)| !**s)
+            .map(|((k, v), _)| format!("{k}={v}"))
+            .collect();
+        if !missing.is_empty() {
+            match out.iter().position(|l| l.trim() == "[global]") {
+                Some(g) => out.splice(g + 1..g + 1, missing).for_each(drop),
+                None => {
+                    out.insert(0, "[global]".into());
+                    out.splice(1..1, missing).for_each(drop);
+                }
+            }
+        }
+        let mut s = out.join("\n");
+        if job.ends_with('\n') {
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod override_tests {
+    use super::*;
+
+    #[test]
+    fn no_override_keeps_id_and_job() {
+        let o = FioOverrides::default();
+        assert_eq!(o.slug(), "");
+        let job = "[global]\nbs=8k\n[a]\nrw=randrw\n";
+        assert_eq!(o.apply(job), job);
+    }
+
+    #[test]
+    fn overrides_replace_and_add() {
+        let o = FioOverrides {
+            bs: Some("4K".into()),
+            iodepth: Some(32),
+            numjobs: None,
+            rwmix: Some(70),
+        };
+        assert_eq!(o.slug(), "-bs4k-qd32-rw70");
+        let job = "[global]\nbs=8k\niodepth=16\n[a]\nrw=randrw\niodepth=1\n";
+        assert_eq!(
+            o.apply(job),
+            "[global]\nrwmixread=70\nbs=4K\niodepth=32\n[a]\nrw=randrw\niodepth=32\n"
+        );
+    }
+}
