@@ -157,7 +157,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root cpio"]
     fn real_cpio_lists_what_we_wrote() {
         let dir = tempfile::tempdir().unwrap();
@@ -170,7 +169,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root cpio"]
     fn real_cpio_extracts_same_bytes_modes_and_links() {
         use std::os::unix::fs::PermissionsExt;
@@ -191,7 +189,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root cpio"]
     fn headers_are_aligned_and_trailer_present() {
         let a = archive();
@@ -202,7 +199,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root cpio"]
     fn char_device_listed_by_cpio() {
         let dir = tempfile::tempdir().unwrap();

@@ -77,7 +77,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: e2fsprogs"]
     fn real_mke2fs_needs_libc() {
         let libs = libraries(&find_binary("mke2fs").unwrap()).unwrap();

@@ -347,7 +347,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root loop"]
     fn refusal_rules_on_a_real_loop_device() {
         let lo = Loop::new(64 << 20);
@@ -378,7 +377,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root loop"]
     fn a_mounted_device_is_refused_even_with_force() {
         let lo = Loop::new(64 << 20);
@@ -404,7 +402,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root loop"]
     fn partitions_count_as_signature_and_as_mounts() {
         if !cmd::available("parted", "--version") {
@@ -453,7 +450,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root loop"]
     fn qcow2_on_a_loop_device_fits_and_teardown_wipes_it() {
         let lo = Loop::new(128 << 20);

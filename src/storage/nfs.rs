@@ -513,7 +513,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: root"]
     fn mounted_mode_refuses_a_non_nfs_dir() {
         let b = NfsBackend::mounted("/var/tmp".into());

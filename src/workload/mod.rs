@@ -196,7 +196,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod tests {
+mod layout_tests {
     #[test]
     fn mounted_device_is_read_from_the_agent_line() {
         let tails = ["mke2fs 1.47\nvmbench-agent: mounted /dev/mapper/vmbench-test (ext4)"];

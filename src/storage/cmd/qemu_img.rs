@@ -72,7 +72,6 @@ mod tests {
     use super::*;
 
     #[test]
-
     #[ignore = "host: qemu"]
     fn qcow2_bound_is_never_below_qemu_img_measure() {
         for size in [64u64 << 20, 1 << 30, 10_000_000_000, 100 << 30] {

@@ -96,7 +96,6 @@ mod tests {
     }
 
     #[test]
-
     #[ignore = "host: qemu"]
     fn failed_command_names_it_and_quotes_stderr() {
         let e = run("qemu-img", &["info", "/nonexistent/vmbench-x"]).unwrap_err();
