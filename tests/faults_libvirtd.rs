@@ -13,10 +13,28 @@ struct LibvirtdBack;
 impl Drop for LibvirtdBack {
     fn drop(&mut self) {
         if pids_named("libvirtd").is_empty() {
-            let _ = Command::new("libvirtd").arg("-d").status();
+            let _ = libvirtd_daemon().status();
         }
         wait_libvirt_up();
     }
+}
+
+/// `libvirtd -d` holding none of this process's descriptors: a daemon that inherited, say, the
+/// fd of a `flock` around the test run would hold that lock for as long as it lives.
+fn libvirtd_daemon() -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new("libvirtd");
+    c.arg("-d");
+    // SAFETY: close() is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            for fd in 3..1024 {
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    c
 }
 
 fn wait_libvirt_up() {
@@ -40,8 +58,7 @@ fn restart_libvirtd() {
     while !pids_named("libvirtd").is_empty() && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(Command::new("libvirtd")
-        .arg("-d")
+    assert!(libvirtd_daemon()
         .status()
         .unwrap()
         .success());
