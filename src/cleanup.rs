@@ -4,42 +4,13 @@
 //! directory, and the run's work directory (images, LUN backing files, sockets). A run that is
 //! still alive holds its lock file, and is never touched.
 
-use crate::cli::CleanupArgs;
 use crate::hypervisor::libvirt::Libvirt;
+use crate::results::rundir::run_is_live;
 use crate::storage::cmd::cmdline;
 use crate::storage::ganesha::Ganesha;
 use crate::storage::servers::EmbeddedServer;
 use crate::storage::tgt::{Tgt, SOCKET_DIR as TGTD_SOCKETS};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-
-/// Held for the whole of a matrix run; cleanup skips runs whose lock it cannot take. The kernel
-/// drops the lock when the process dies, SIGKILL included, so a crashed run is always unlocked.
-pub struct RunLock {
-    _lock: nix::fcntl::Flock<File>,
-}
-
-impl RunLock {
-    /// Takes the run directory's lock (fails if another process holds it).
-    pub fn acquire(run_dir: &Path) -> std::io::Result<RunLock> {
-        let f = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(run_dir.join("lock"))?;
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-            .map(|l| RunLock { _lock: l })
-            .map_err(|(_, e)| std::io::Error::from(e))
-    }
-}
-
-/// True when a live process holds the run's lock.
-pub fn run_is_live(run_dir: &Path) -> bool {
-    let Ok(f) = File::options().write(true).open(run_dir.join("lock")) else {
-        return false;
-    };
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err()
-}
 
 /// What cleanup found and did.
 #[derive(Debug, Default)]
@@ -57,8 +28,21 @@ const SERVER_COMMS: [&str; 3] = [
     "rpcbind",
 ];
 
+/// What `vmbench cleanup` judges and how (the CLI's flags, as plain values).
+#[derive(Debug, Clone)]
+pub struct CleanupOptions {
+    /// libvirt URI whose vmbench domains are examined.
+    pub connect: String,
+    /// Only this run id (else every dead run under `runs_dir`).
+    pub run: Option<String>,
+    /// Where run directories live.
+    pub runs_dir: std::path::PathBuf,
+    /// Say what would be removed, remove nothing.
+    pub dry_run: bool,
+}
+
 /// Runs cleanup; returns the exit code.
-pub fn run(a: &CleanupArgs) -> anyhow::Result<i32> {
+pub fn run(a: &CleanupOptions) -> anyhow::Result<i32> {
     let mut rep = Report::default();
     let runs = list_runs(&a.runs_dir);
     let live: Vec<String> = runs
@@ -104,7 +88,7 @@ pub fn marker_run(marker: &str) -> Option<&str> {
 /// cleanup cannot see, and destroying it would wreck that run.
 fn clean_domains(
     conn: &Libvirt,
-    a: &CleanupArgs,
+    a: &CleanupOptions,
     live: &[String],
     known: &[String],
     rep: &mut Report,
@@ -295,9 +279,9 @@ mod tests {
     fn a_live_lock_is_seen_and_released_on_drop() {
         let d = tempfile::tempdir().unwrap();
         assert!(!run_is_live(d.path()), "no lock file: not live");
-        let l = RunLock::acquire(d.path()).unwrap();
+        let l = crate::results::rundir::RunLock::acquire(d.path()).unwrap();
         assert!(run_is_live(d.path()));
-        assert!(RunLock::acquire(d.path()).is_err());
+        assert!(crate::results::rundir::RunLock::acquire(d.path()).is_err());
         drop(l);
         assert!(!run_is_live(d.path()));
     }

@@ -3,7 +3,6 @@
 //! reported unsupported by the matrix, with the same reason.
 
 use crate::cell::{Backend, Hypervisor};
-use crate::cli::DoctorArgs;
 use crate::hypervisor::libvirt::Libvirt;
 use crate::matrix::cell_run::Cancel;
 use std::path::Path;
@@ -38,8 +37,21 @@ fn check(what: &str, r: Result<String, String>, bad: &'static str) -> Check {
     }
 }
 
+/// What `vmbench doctor` checks (the CLI's flags, as plain values).
+#[derive(Debug, Clone)]
+pub struct DoctorOptions {
+    /// libvirt URI for QEMU/KVM.
+    pub connect: String,
+    /// libvirt URI for Xen.
+    pub xen_connect: String,
+    /// Skip the KVM boot probe.
+    pub no_probe: bool,
+    /// The image cache doctor looks in (it never builds).
+    pub image_cache: std::path::PathBuf,
+}
+
 /// Runs every check, prints the table; exit 0 when at least QEMU/TCG cells can run.
-pub async fn run(a: &DoctorArgs) -> i32 {
+pub async fn run(a: &DoctorOptions) -> i32 {
     let checks = checks(a).await;
     let ok = checks
         .iter()
@@ -54,7 +66,7 @@ pub async fn run(a: &DoctorArgs) -> i32 {
 }
 
 /// The checks, in display order.
-pub async fn checks(a: &DoctorArgs) -> Vec<Check> {
+pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
     let mut out = Vec::new();
     let conn = Libvirt::connect(&a.connect);
     out.push(check(
@@ -115,7 +127,7 @@ fn qemu_tcg(c: &Libvirt) -> Result<String, String> {
 }
 
 async fn kvm(
-    a: &DoctorArgs,
+    a: &DoctorOptions,
     conn: Option<&Libvirt>,
     image: Option<&crate::image::ImageInfo>,
 ) -> Result<String, String> {
@@ -153,13 +165,9 @@ fn tool_version(prog: &str, args: &[&str]) -> Result<String, String> {
         .to_string())
 }
 
-fn find_image(a: &DoctorArgs) -> Result<crate::image::ImageInfo, String> {
-    let cache = a
-        .image
-        .image_cache
-        .clone()
-        .unwrap_or_else(crate::image::default_cache_dir);
-    newest_image(&cache)
+fn find_image(a: &DoctorOptions) -> Result<crate::image::ImageInfo, String> {
+    let cache = &a.image_cache;
+    newest_image(cache)
         .ok_or_else(|| format!("none in {} (run `vmbench image build`)", cache.display()))
 }
 

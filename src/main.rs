@@ -59,8 +59,8 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
         Command::Image {
             action: ImageAction::Build(a),
         } => cmd_image(a).await,
-        Command::Doctor(a) => Ok(doctor::run(&a).await),
-        Command::Cleanup(a) => vmbench::cleanup::run(&a).map_err(CliError::Other),
+        Command::Doctor(a) => Ok(doctor::run(&doctor_options(&a)).await),
+        Command::Cleanup(a) => vmbench::cleanup::run(&cleanup_options(&a)).map_err(CliError::Other),
         Command::Runs(a) => cmd_runs(&a),
         Command::Report(a) => cmd_report(&a),
         Command::Compare(a) => cmd_compare(&a),
@@ -71,6 +71,24 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
             print!("{}", vmbench::matrix::presets::listing());
             Ok(0)
         }
+    }
+}
+
+fn doctor_options(a: &cli::DoctorArgs) -> doctor::DoctorOptions {
+    doctor::DoctorOptions {
+        connect: a.connect.clone(),
+        xen_connect: a.xen_connect.clone(),
+        no_probe: a.no_probe,
+        image_cache: image_request(&a.image).cache_dir,
+    }
+}
+
+fn cleanup_options(a: &cli::CleanupArgs) -> vmbench::cleanup::CleanupOptions {
+    vmbench::cleanup::CleanupOptions {
+        connect: a.connect.clone(),
+        run: a.run.clone(),
+        runs_dir: a.runs_dir.clone(),
+        dry_run: a.dry_run,
     }
 }
 

@@ -58,10 +58,7 @@ fn restart_libvirtd() {
     while !pids_named("libvirtd").is_empty() && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(libvirtd_daemon()
-        .status()
-        .unwrap()
-        .success());
+    assert!(libvirtd_daemon().status().unwrap().success());
     wait_libvirt_up();
 }
 

@@ -155,7 +155,7 @@ impl CellCtx<'_, '_> {
     ) -> Result<ProvisionedDisk, CellError> {
         self.env.ui.send(Output::Phase(Phase::Provision));
         let t = Instant::now();
-        make_dir(&self.work, 0o711).map_err(CellError::host_io(format!(
+        crate::guest::dirs::make_work_dir(&self.work).map_err(CellError::host_io(format!(
             "creating {}",
             self.work.display()
         )))?;
@@ -184,7 +184,7 @@ impl CellCtx<'_, '_> {
         disk: &ProvisionedDisk,
         plan: &WorkPlan,
     ) -> Result<(DomainSpec, String), CellError> {
-        let sock_dir = channel_dir(&self.work)
+        let sock_dir = crate::guest::dirs::make_channel_dir(&self.work)
             .map_err(CellError::host_io("creating the agent socket directory"))?;
         let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
         let xml = domain_xml::render(&spec).map_err(CellError::DomainXml)?;
@@ -572,23 +572,6 @@ fn domain_spec(
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-fn make_dir(p: &Path, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(p)?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-}
-
-/// The agent socket's directory. QEMU runs as `libvirt-qemu` and binds the socket itself, so the
-/// directory belongs to that user and is private to it (0700).
-fn channel_dir(cell_work: &Path) -> std::io::Result<PathBuf> {
-    let d = absolute(&cell_work.join("chan"));
-    make_dir(&d, 0o700)?;
-    if let Ok(Some(u)) = nix::unistd::User::from_name("libvirt-qemu") {
-        nix::unistd::chown(&d, Some(u.uid), Some(u.gid)).map_err(std::io::Error::from)?;
-    }
-    Ok(d)
 }
 
 /// Host page cache out of the way of the next measurement (root only; a no-op otherwise).

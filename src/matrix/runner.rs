@@ -98,7 +98,7 @@ struct RunCtx {
     host: String,
     /// Cells (id, repeat) that already have a result (on `--resume`).
     done: BTreeSet<(String, u32)>,
-    _lock: crate::cleanup::RunLock,
+    _lock: crate::results::rundir::RunLock,
 }
 
 /// What the cells run on: the image, the work directory, servers and connections.
@@ -134,7 +134,7 @@ impl RunCtx {
         cancel: Arc<Cancel>,
     ) -> anyhow::Result<RunCtx> {
         let (rundir, record, cfg) = open_rundir(cfg, opts)?;
-        let lock = crate::cleanup::RunLock::acquire(&rundir.path)
+        let lock = crate::results::rundir::RunLock::acquire(&rundir.path)
             .with_context(|| format!("{} is in use by another vmbench", rundir.path.display()))?;
         let done = record
             .cells
@@ -204,8 +204,8 @@ impl RunCtx {
         ));
         let run_id = &self.record.run_id;
         let work = opts.work_root.join(run_id);
-        make_private_dir(&opts.work_root)?;
-        make_private_dir(&work)?;
+        crate::guest::dirs::make_work_dir(&opts.work_root)?;
+        crate::guest::dirs::make_work_dir(&work)?;
         // Cleanup finds the work dir of a crashed run through this file.
         std::fs::write(
             self.rundir.path.join("work-dir"),
@@ -561,11 +561,4 @@ pub fn hostname() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The run's work directory: reachable by QEMU's user (o+x) but not listable by others.
-fn make_private_dir(p: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(p)?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711))
 }

@@ -100,6 +100,37 @@ impl RunDir {
     }
 }
 
+/// Held for the whole of a matrix run; cleanup skips runs whose lock it cannot take. The kernel
+/// drops the lock when the process dies, SIGKILL included, so a crashed run is always unlocked.
+pub struct RunLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl RunLock {
+    /// Takes the run directory's lock (fails if another process holds it).
+    pub fn acquire(run_dir: &Path) -> std::io::Result<RunLock> {
+        let f = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(run_dir.join("lock"))?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map(|l| RunLock { _lock: l })
+            .map_err(|(_, e)| std::io::Error::from(e))
+    }
+}
+
+/// True when a live process holds the run's lock.
+pub fn run_is_live(run_dir: &Path) -> bool {
+    let Ok(f) = std::fs::File::options()
+        .write(true)
+        .open(run_dir.join("lock"))
+    else {
+        return false;
+    };
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
