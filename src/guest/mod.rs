@@ -178,17 +178,29 @@ impl Guest {
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(GuestError::Timeout {
-                    waiting_for: "the job to finish".into(),
+                    waiting_for: "the job to finish (total job limit)".into(),
                     secs: limits.total_timeout.as_secs(),
                 });
             }
-            let msg = self
+            // When the total limit is nearer than the heartbeat limit, a silence that ends the
+            // wait is the total limit firing: report that limit and its value, not the time left.
+            let total_fires = left < limits.heartbeat_timeout;
+            let msg = match self
                 .chan
                 .recv(
                     left.min(limits.heartbeat_timeout),
                     "a heartbeat or result (guest stalled?)",
                 )
-                .await?;
+                .await
+            {
+                Err(GuestError::Timeout { .. }) if total_fires => {
+                    return Err(GuestError::Timeout {
+                        waiting_for: "the job to finish (total job limit)".into(),
+                        secs: limits.total_timeout.as_secs(),
+                    })
+                }
+                other => other?,
+            };
             if let Some(done) = acc.accept(msg, &mut on_event)? {
                 return Ok(done);
             }
