@@ -7,7 +7,8 @@ use super::cell_error::{CellError, ConsoleTail, DomainNote};
 use super::config::{parse_size, MatrixConfig};
 use super::progress::{Output, Phase, Ui};
 use crate::cell::{Cell, Hypervisor};
-use crate::guest::{channel::Channel, Guest, GuestError, JobEvent, JobLimits, JobOutput};
+use crate::guest::boot::{boot_and_hello, BootError};
+use crate::guest::{Guest, GuestError, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::watch;
 use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
@@ -128,8 +129,8 @@ impl CellCtx<'_, '_> {
     async fn pipeline(&mut self, backend: &mut dyn StorageBackend) -> Result<Parsed, CellError> {
         let plan = WorkPlan::new(self.env.cfg, self.cell)?;
         let disk = self.provision(backend, &plan)?;
-        let (spec, xml) = self.define(&disk, &plan)?;
-        let mut booted = self.boot(&spec, &xml).await?;
+        let spec = self.define(&disk, &plan)?;
+        let mut booted = self.boot(&spec).await?;
         let t = Instant::now();
         self.prefill(&mut booted, &plan).await?;
         let (out, window) = self.measure(&mut booted, &plan).await?;
@@ -179,11 +180,7 @@ impl CellCtx<'_, '_> {
     }
 
     /// The domain's definition, written with the job files into the cell directory.
-    fn define(
-        &self,
-        disk: &ProvisionedDisk,
-        plan: &WorkPlan,
-    ) -> Result<(DomainSpec, String), CellError> {
+    fn define(&self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
         let sock_dir = crate::guest::dirs::make_channel_dir(&self.work)
             .map_err(CellError::host_io("creating the agent socket directory"))?;
         let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
@@ -192,31 +189,28 @@ impl CellCtx<'_, '_> {
         for (name, text) in &plan.steps.job_files {
             self.write(name, text)?;
         }
-        Ok((spec, xml))
+        Ok(spec)
     }
 
     /// Starts the domain and waits for the agent's hello.
-    async fn boot(&mut self, spec: &DomainSpec, xml: &str) -> Result<Booted, CellError> {
+    async fn boot(&mut self, spec: &DomainSpec) -> Result<Booted, CellError> {
         self.env.ui.send(Output::Phase(Phase::Boot));
         let t = Instant::now();
-        let dom = Arc::new(
-            self.env
-                .conn
-                .start_transient(xml)
-                .map_err(CellError::Hypervisor)?,
-        );
         let boot_timeout = Duration::from_secs(self.env.cfg.boot_timeout);
-        let hello = cancellable(self.env.cancel, async {
-            let chan = Channel::connect(&spec.channel_socket, Duration::from_secs(10)).await?;
-            Guest::hello(chan, boot_timeout).await
-        })
-        .await;
         let console = spec.console_log.clone();
-        let guest = match hello {
-            Ok(g) => g,
-            Err(Halt::Interrupted) => return Err(CellError::Interrupted),
-            Err(Halt::Failed(e)) => {
-                return Err(CellError::from_boot(e, ConsoleTail::read(&console, 15)))
+        let cancelled = self.env.cancel.cancelled();
+        let booted = boot_and_hello(self.env.conn, spec, boot_timeout, cancelled).await;
+        let (dom, guest) = match booted {
+            Ok(b) => (Arc::new(b.domain), b.guest),
+            Err(BootError::Cancelled) => return Err(CellError::Interrupted),
+            Err(BootError::Start(e)) => return Err(CellError::Hypervisor(e)),
+            Err(BootError::Xml(e)) => return Err(CellError::DomainXml(e)),
+            // The cell quotes more of the console than the probe does.
+            Err(BootError::NoHello { source, .. }) => {
+                return Err(CellError::from_boot(
+                    source,
+                    ConsoleTail::read(&console, 15),
+                ))
             }
         };
         self.timings.boot_to_hello_ms = t.elapsed().as_millis() as u64;
