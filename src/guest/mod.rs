@@ -594,4 +594,50 @@ mod tests {
         assert!(matches!(e, GuestError::Timeout { .. }), "{e}");
         server.abort();
     }
+
+    /// An agent that heartbeats but never finishes: the total limit fires and the error names it
+    /// with its value (issue 15: it used to say "0 s", the time left).
+    #[tokio::test]
+    async fn alive_but_stuck_job_reports_the_total_limit() {
+        use tokio::io::AsyncWriteExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            loop {
+                let hb = GuestMsg::Heartbeat {
+                    job: Some(7),
+                    uptime_ms: 1,
+                };
+                s.write_all(&vmbench_proto::encode(&hb).unwrap())
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let chan = Channel::connect(&path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let mut g = Guest {
+            chan,
+            hello: hello(),
+        };
+        let limits = JobLimits {
+            heartbeat_timeout: Duration::from_secs(5),
+            total_timeout: Duration::from_secs(1),
+            ..JobLimits::default()
+        };
+        let job = Job {
+            id: 7,
+            disk_serial: "x".into(),
+            steps: vec![],
+        };
+        let e = g.run(job, &limits, |_| {}).await.unwrap_err().to_string();
+        assert!(
+            e.contains("total job limit") && e.contains("after 1 s"),
+            "{e}"
+        );
+        server.abort();
+    }
 }
