@@ -47,7 +47,7 @@ fn bonnie_on(layout: &str) -> (Scratch, vmbench::results::CellResult) {
 }
 
 #[test]
-#[ignore = "host: root libvirtd qemu"]
+#[ignore = "unverified: the first real guest run of this layout did not finish within 8 minutes (2026-12-03); by hand as root"]
 fn bonnie_on_a_primary_partition() {
     let (s, c) = bonnie_on("part-ext4");
     assert_eq!(
@@ -60,7 +60,7 @@ fn bonnie_on_a_primary_partition() {
 }
 
 #[test]
-#[ignore = "host: root libvirtd qemu"]
+#[ignore = "unverified: the first real guest run of this layout did not finish within 8 minutes (2026-12-03); by hand as root"]
 fn bonnie_on_an_lvm_logical_volume_in_the_guest() {
     let (s, c) = bonnie_on("lvm-ext4");
     assert_eq!(
