@@ -124,6 +124,14 @@ pub struct MatrixArgs {
     /// Disk under test size in MiB. [default: 1024]
     #[arg(long)]
     pub disk_mib: Option<u64>,
+    /// Cap the disk under test at N read+write IOPS (libvirt <iotune> total_iops_sec), e.g. to
+    /// emulate a cloud disk or to give `compare` a known regression. [default: no limit]
+    #[arg(long, value_name = "N")]
+    pub iops_limit: Option<u64>,
+    /// Cap the disk under test at MIB MiB/s read+write (libvirt <iotune> total_bytes_sec).
+    /// [default: no limit]
+    #[arg(long, value_name = "MIB")]
+    pub bw_limit: Option<u64>,
     /// Measure on first allocation: skip the prefill pass.
     #[arg(long)]
     pub no_prefill: bool,
@@ -420,6 +428,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     scalar!(bonnie_files, bonnie_files);
     scalar!(memory, memory_mib);
     scalar!(boot_timeout, boot_timeout);
+    if let Some(n) = a.iops_limit {
+        c.iops_limit = Some(n);
+    }
+    if let Some(m) = a.bw_limit {
+        c.bw_limit_mib = Some(m);
+    }
     if a.no_prefill {
         c.prefill = false;
     }

@@ -175,6 +175,7 @@ impl CellCtx<'_, '_> {
             "qemu".into()
         };
         self.params.insert("datapath".into(), datapath);
+        self.params.extend(self.env.cfg.iotune_params());
         Ok(disk)
     }
 
@@ -569,6 +570,7 @@ fn domain_spec(
     let name = format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id);
     let mut spec = DomainSpec::for_cell(name, env.run_id, cell, disk.source.clone(), size, files);
     spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
+    spec.disk.iotune = cfg.iotune();
     spec
 }
 

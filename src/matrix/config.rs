@@ -42,6 +42,13 @@ pub struct MatrixConfig {
     pub size: String,
     /// Size of the disk under test, in MiB. Default 1024.
     pub disk_mib: u64,
+    /// Cap on the disk under test, read + write operations per second (libvirt `<iotune>`
+    /// `total_iops_sec`): emulates a cloud disk's limit, or gives `compare` a known regression.
+    /// Recorded in every cell's params and provenance. Default none (uncapped).
+    pub iops_limit: Option<u64>,
+    /// Cap on the disk under test, read + write MiB per second (`<iotune>` `total_bytes_sec`).
+    /// Recorded like `iops_limit`. Default none (uncapped).
+    pub bw_limit_mib: Option<u64>,
     /// Write the test area once before measuring, so qcow2 and thin volumes are not measured on
     /// first allocation. Default true.
     pub prefill: bool,
@@ -91,6 +98,8 @@ impl Default for MatrixConfig {
             ramp: 5,
             size: "200M".into(),
             disk_mib: 1024,
+            iops_limit: None,
+            bw_limit_mib: None,
             prefill: true,
             bonnie_files: 16,
             host_baseline: false,
@@ -147,6 +156,33 @@ impl MatrixConfig {
         })
     }
 
+    /// The I/O caps put on the disk under test, or `None` when uncapped.
+    pub fn iotune(&self) -> Option<crate::hypervisor::IoTune> {
+        let t = crate::hypervisor::IoTune {
+            total_iops_sec: self.iops_limit,
+            total_bytes_sec: self.bw_limit_mib.map(|m| m.saturating_mul(1 << 20)),
+        };
+        (t.total_iops_sec.is_some() || t.total_bytes_sec.is_some()).then_some(t)
+    }
+
+    /// The caps as cell parameters (`iops_limit`, `bw_limit_mib`), so a capped result says so.
+    pub fn iotune_params(&self) -> Vec<(String, String)> {
+        [
+            ("iops_limit", self.iops_limit),
+            ("bw_limit_mib", self.bw_limit_mib),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v.to_string())))
+        .collect()
+    }
+
+    /// The caps as one provenance string (`iops=150,bw=8MiB/s`), empty when uncapped.
+    pub fn io_limit_provenance(&self) -> String {
+        let iops = self.iops_limit.map(|n| format!("iops={n}"));
+        let bw = self.bw_limit_mib.map(|m| format!("bw={m}MiB/s"));
+        iops.into_iter().chain(bw).collect::<Vec<_>>().join(",")
+    }
+
     /// Rejects empty dimensions, zero counts and contradictions.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let empty = [
@@ -178,6 +214,7 @@ impl MatrixConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
         }
+        self.check_limits()?;
         if self.memory_mib < 128 {
             return Err(ConfigError::Invalid(
                 "'memory_mib' must be at least 128".into(),
@@ -218,6 +255,29 @@ impl MatrixConfig {
             super::check_rule(rule)?;
         }
         parse_size(&self.size).map_err(ConfigError::Invalid)?;
+        Ok(())
+    }
+}
+
+impl MatrixConfig {
+    /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
+    /// asked either); Xen has no `<iotune>`.
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        let caps = [
+            ("iops_limit (--iops-limit)", self.iops_limit),
+            ("bw_limit_mib (--bw-limit)", self.bw_limit_mib),
+        ];
+        if let Some((name, _)) = caps.iter().find(|(_, v)| *v == Some(0)) {
+            return Err(ConfigError::Invalid(format!(
+                "'{name}' must be at least 1 (leave it out for no limit)"
+            )));
+        }
+        if self.iotune().is_some() && self.hypervisor.contains(&Hypervisor::Xen) {
+            return Err(ConfigError::Invalid(
+                "--iops-limit/--bw-limit need qemu or kvm: libvirt's libxl driver has no <iotune>"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -356,5 +416,40 @@ mod tests {
         c.storage.nfs = Some("nfs://h/e".parse().unwrap());
         c.storage.nfs_mount = Some("/mnt".into());
         assert!(c.validate().unwrap_err().to_string().contains("contradict"));
+    }
+
+    #[test]
+    fn io_limits_parse_render_and_refuse_zero() {
+        let c = parse("iops_limit = 150\nbw_limit_mib = 8\n").unwrap();
+        c.validate().unwrap();
+        let t = c.iotune().unwrap();
+        assert_eq!(t.total_iops_sec, Some(150));
+        assert_eq!(t.total_bytes_sec, Some(8 << 20));
+        assert_eq!(
+            c.iotune_params(),
+            vec![
+                ("iops_limit".to_string(), "150".to_string()),
+                ("bw_limit_mib".to_string(), "8".to_string())
+            ]
+        );
+        assert_eq!(c.io_limit_provenance(), "iops=150,bw=8MiB/s");
+        assert_eq!(MatrixConfig::default().io_limit_provenance(), "");
+        assert_eq!(MatrixConfig::default().iotune(), None);
+        assert!(MatrixConfig::default().iotune_params().is_empty());
+        let e = parse("iops_limit = 0\n").unwrap().validate().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("'iops_limit (--iops-limit)' must be at least 1"),
+            "{e}"
+        );
+        let e = parse("bw_limit_mib = 0\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("--bw-limit"), "{e}");
+        assert!(parse("iops_limit = \"fast\"\n")
+            .unwrap_err()
+            .contains("iops_limit"));
+        assert!(parse("iops_limit = -3\n").is_err());
+        let mut c = parse("iops_limit = 150\n").unwrap();
+        c.hypervisor.push(Hypervisor::Xen);
+        assert!(c.validate().unwrap_err().to_string().contains("<iotune>"));
     }
 }

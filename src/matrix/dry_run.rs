@@ -54,7 +54,9 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
         memory_mib: cfg.memory_mib,
     };
     let name = format!("{NAME_PREFIX}RUN-{i:03}");
-    DomainSpec::for_cell(name, "RUN", cell, source, size, files)
+    let mut spec = DomainSpec::for_cell(name, "RUN", cell, source, size, files);
+    spec.disk.iotune = cfg.iotune();
+    spec
 }
 
 #[cfg(test)]

@@ -213,7 +213,10 @@ impl RunCtx {
         )?;
         let servers = Servers::new(self.rundir.path.join("servers"));
         let conns = connect_all(self, plan, &image, &work).await;
-        let prov = provenance(&conns, &image, &self.host);
+        let prov = Provenance {
+            io_limit: self.cfg.io_limit_provenance(),
+            ..provenance(&conns, &image, &self.host)
+        };
         Ok(Hosts {
             shared: Shared { image, work, prov },
             servers,
@@ -321,9 +324,7 @@ impl RunCtx {
             Err(OpenError::Unsupported(r)) => {
                 return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
             }
-            Err(OpenError::Failed(r)) => {
-                return Some(failed(cell, repeat, CellError::Backend(r)))
-            }
+            Err(OpenError::Failed(r)) => return Some(failed(cell, repeat, CellError::Backend(r))),
         };
         if let Err(u) = backend.check() {
             return Some(not_run(
