@@ -143,7 +143,7 @@ fn zero_or_garbage_limits_are_exit_2_and_create_nothing() {
         (vec!["--iops-limit", "0"], "must be at least 1"),
         (vec!["--bw-limit", "0"], "--bw-limit"),
         (vec!["--iops-limit", "fast"], "--iops-limit"),
-        (vec!["--bw-limit", "-5"], "--bw-limit"),
+        (vec!["--bw-limit=-5"], "--bw-limit"),
         (
             vec!["--iops-limit", "100", "--hypervisor", "xen"],
             "<iotune>",
