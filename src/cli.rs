@@ -109,9 +109,17 @@ pub struct MatrixArgs {
     /// file:PATH (a fio job file). [default: pg-randrw]
     #[arg(long)]
     pub workload: Option<String>,
-    /// Repeats of every cell (order reversed on every other repeat). [default: 1]
-    #[arg(long)]
-    pub repeat: Option<u32>,
+    /// Repeats of every cell (order reversed on every other repeat): a number, or `auto` to
+    /// repeat each cell until its read/write IOPS (bonnie++: block figures) vary by less than
+    /// --max-cv, 3 to --max-repeats times. [default: 1]
+    #[arg(long, value_name = "N|auto")]
+    pub repeat: Option<crate::matrix::repeat::Repeat>,
+    /// --repeat auto: coefficient of variation (%) under which a cell is stable. [default: 5]
+    #[arg(long, value_name = "PCT")]
+    pub max_cv: Option<f64>,
+    /// --repeat auto: the most repeats of one cell (at least 3). [default: 8]
+    #[arg(long, value_name = "N")]
+    pub max_repeats: Option<u32>,
     /// Measured seconds per fio job. [default: 60]
     #[arg(long)]
     pub runtime: Option<u32>,
@@ -420,6 +428,8 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         };
     }
     scalar!(repeat, repeat);
+    scalar!(max_cv, max_cv);
+    scalar!(max_repeats, max_repeats);
     scalar!(runtime, runtime);
     scalar!(ramp, ramp);
     scalar!(size, size);

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use super::repeat::Repeat;
 pub use crate::storage::options::StorageConfig;
 
 /// Everything a matrix run needs; serialized into the run directory so `--resume` reruns the same.
@@ -32,8 +33,16 @@ pub struct MatrixConfig {
     pub layout: Vec<Layout>,
     /// Workloads. Default `["pg-randrw"]`.
     pub workload: Vec<WorkloadId>,
-    /// Repeats of every cell; the order is reversed on every other repeat. Default 1.
-    pub repeat: u32,
+    /// Repeats of every cell; the order is reversed on every other repeat. A number, or
+    /// `"auto"`: repeat each cell until the CV of its headline figures (read/write IOPS;
+    /// bonnie++ block output/input) is under `max_cv`, at least 3 and at most `max_repeats`
+    /// times, and record `converged` and `cv_pct` on its last repeat. Default 1.
+    pub repeat: Repeat,
+    /// `repeat = "auto"`: the coefficient of variation (%) under which a cell is stable.
+    /// Default 5.
+    pub max_cv: f64,
+    /// `repeat = "auto"`: the most repeats of a cell (at least 3). Default 8.
+    pub max_repeats: u32,
     /// Measured seconds of every fio job. Default 60 (the seed's runtime).
     pub runtime: u32,
     /// Warm-up seconds, excluded from results. Default 5.
@@ -93,7 +102,9 @@ impl Default for MatrixConfig {
             io: vec![IoMode::Native],
             layout: vec![Layout::Raw],
             workload: vec![WorkloadId::Preset("pg-randrw".into())],
-            repeat: 1,
+            repeat: Repeat::Fixed(1),
+            max_cv: 5.0,
+            max_repeats: 8,
             runtime: 60,
             ramp: 5,
             size: "200M".into(),
@@ -205,7 +216,7 @@ impl MatrixConfig {
             crate::workload::check(w)?;
         }
         let positive = [
-            ("repeat", self.repeat as u64),
+            ("repeat", self.repeat.upper_bound(self.max_repeats) as u64),
             ("runtime", self.runtime as u64),
             ("vcpus", self.vcpus as u64),
             ("disk_mib", self.disk_mib),
@@ -215,6 +226,7 @@ impl MatrixConfig {
             return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
         }
         self.check_limits()?;
+        self.check_auto_repeat()?;
         if self.memory_mib < 128 {
             return Err(ConfigError::Invalid(
                 "'memory_mib' must be at least 128".into(),
@@ -260,6 +272,26 @@ impl MatrixConfig {
 }
 
 impl MatrixConfig {
+    /// `auto` needs room above its minimum and a CV threshold that can be met.
+    fn check_auto_repeat(&self) -> Result<(), ConfigError> {
+        use super::repeat::MIN_AUTO_REPEATS;
+        if self.repeat != Repeat::Auto {
+            return Ok(());
+        }
+        if self.max_repeats < MIN_AUTO_REPEATS {
+            return Err(ConfigError::Invalid(format!(
+                "'max_repeats' (--max-repeats) must be at least {MIN_AUTO_REPEATS} with repeat = auto"
+            )));
+        }
+        if !(self.max_cv.is_finite() && self.max_cv > 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "'max_cv' (--max-cv) must be a percentage above 0, got {}",
+                self.max_cv
+            )));
+        }
+        Ok(())
+    }
+
     /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
     /// asked either); Xen has no `<iotune>`.
     fn check_limits(&self) -> Result<(), ConfigError> {
@@ -401,7 +433,7 @@ mod tests {
             .to_string()
             .contains("--allow-destroy"));
         c = MatrixConfig {
-            repeat: 0,
+            repeat: Repeat::Fixed(0),
             ..Default::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("'repeat'"));
@@ -416,6 +448,31 @@ mod tests {
         c.storage.nfs = Some("nfs://h/e".parse().unwrap());
         c.storage.nfs_mount = Some("/mnt".into());
         assert!(c.validate().unwrap_err().to_string().contains("contradict"));
+    }
+
+    #[test]
+    fn repeat_is_a_number_or_auto_with_its_bounds() {
+        assert_eq!(parse("repeat = 3\n").unwrap().repeat, Repeat::Fixed(3));
+        let c = parse("repeat = \"auto\"\nmax_cv = 3.5\nmax_repeats = 6\n").unwrap();
+        assert_eq!((c.repeat, c.max_cv, c.max_repeats), (Repeat::Auto, 3.5, 6));
+        c.validate().unwrap();
+        let e = parse("repeat = \"often\"\n").unwrap_err();
+        assert!(e.contains("valid: a number >= 1, or auto"), "{e}");
+        let e = parse("repeat = \"auto\"\nmax_repeats = 2\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("at least 3"), "{e}");
+        let e = parse("repeat = \"auto\"\nmax_cv = 0.0\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("max_cv"), "{e}");
+        // A fixed count ignores the auto bounds.
+        parse("repeat = 2\nmax_repeats = 1\n")
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub fn render(cfg: &MatrixConfig) -> String {
         s,
         "{} cell(s) x {} repeat(s) = {runs} run(s), about {} s each, {} min in all",
         plan.cells.len(),
-        cfg.repeat,
+        repeat_label(cfg),
         per_cell,
         (runs * per_cell).div_ceil(60)
     );
@@ -38,6 +38,20 @@ pub fn render(cfg: &MatrixConfig) -> String {
         s.push('\n');
     }
     s
+}
+
+/// `auto` runs between 3 and `max_repeats` times; the estimate is for the most.
+fn repeat_label(cfg: &MatrixConfig) -> String {
+    match cfg.repeat {
+        crate::matrix::repeat::Repeat::Auto => format!(
+            "auto ({}-{}, until CV < {}%), at most {}",
+            crate::matrix::repeat::MIN_AUTO_REPEATS,
+            cfg.max_repeats,
+            cfg.max_cv,
+            cfg.max_repeats
+        ),
+        fixed => fixed.to_string(),
+    }
 }
 
 fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
@@ -78,5 +92,26 @@ mod tests {
         );
         assert!(out.contains("protocol=\"nfs\"") || out.contains("protocol='nfs'"));
         assert!(out.contains("protocol=\"iscsi\"") || out.contains("protocol='iscsi'"));
+    }
+
+    #[test]
+    fn auto_repeat_and_caps_show_in_the_dry_run() {
+        let cfg = MatrixConfig {
+            repeat: crate::matrix::repeat::Repeat::Auto,
+            iops_limit: Some(150),
+            ..MatrixConfig::default()
+        };
+        let out = render(&cfg);
+        assert!(
+            out.starts_with(
+                "6 cell(s) x auto (3-8, until CV < 5%), at most 8 repeat(s) = 48 run(s)"
+            ),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("<total_iops_sec>150</total_iops_sec>").count(),
+            6,
+            "{out}"
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod dry_run;
 pub mod probe;
 pub mod progress;
+pub mod repeat;
 pub mod runner;
 pub mod test_hooks;
 
@@ -45,7 +46,7 @@ pub fn expand(cfg: &MatrixConfig) -> Plan {
             None => cells.push(cell),
         }
     }
-    let order = schedule(cells.len(), cfg.repeat);
+    let order = schedule(cells.len(), cfg.repeat.upper_bound(cfg.max_repeats));
     Plan {
         cells,
         skipped,
