@@ -342,7 +342,7 @@ impl CellCtx<'_, '_> {
             let prefill = plan.steps.prefill_job.as_deref().filter(|_| cfg.prefill);
             let job = plan.steps.baseline_job.as_deref();
             let host_path = disk.host_path.as_deref();
-            workload::baseline::run(job, prefill, host_path, metrics, &self.work)
+            workload::baseline::run(self.cell, job, prefill, host_path, metrics, &self.work)
         });
         self.params.extend(b.params);
         metrics.extend(b.metrics);
