@@ -208,6 +208,23 @@ fn fio_logs_of_two_jobs_are_summed() {
 }
 
 #[test]
+fn fio_logs_of_two_jobs_are_merged_only_where_both_have_a_second() {
+    // Job 1 logged seconds 1-3, job 2 only 1-2 (it stopped first): second 3 holds job 1 alone,
+    // and summing it would be a false dip to ~60% of the two jobs' rate.
+    let files: Vec<(String, String)> = (1..=2)
+        .map(|i| {
+            let n = format!("fio-host-2jobs_iops.{i}.log");
+            (n.clone(), fixture(&n))
+        })
+        .collect();
+    let one = fio::samples_from_logs(&files[..1]);
+    assert_eq!(one["read_iops"], vec![28939.0, 26387.0, 32630.0]);
+    let two = fio::samples_from_logs(&files);
+    assert_eq!(two["read_iops"], vec![28939.0 + 18930.0, 26387.0 + 26320.0]);
+    assert_eq!(two["write_iops"], vec![12425.0 + 8177.0, 11115.0 + 11341.0]);
+}
+
+#[test]
 fn job_text_rendering_and_user_job_checks() {
     let pg = PRESETS.iter().find(|p| p.name == "pg-randrw").unwrap();
     assert_eq!(pg.engine.name(), "fio");

@@ -384,12 +384,14 @@ fn log_kind(name: &str) -> Option<&'static str> {
 
 /// Turns fio per-second logs (file name, contents) into series: `read_iops`, `write_iops`,
 /// `read_bw_mib_s`, `write_bw_mib_s` (KiB/s / 1024), `read_lat_mean_us`, `write_lat_mean_us`
-/// (the `_lat` log, total latency, ns / 1000). Several jobs' logs are merged per second: rates
-/// summed, latencies averaged. Files of other types (clat, slat) or that do not parse are left
-/// out, so one damaged log costs its series, not the cell.
+/// (the `_lat` log, total latency, ns / 1000). Each file is one job's; jobs are aligned per
+/// second and merged only over the seconds every job of the series has a sample for (rates
+/// summed, latencies averaged): a second in which one job has already stopped, or has a gap,
+/// would otherwise show as a false dip. Files of other types (clat, slat) or that do not parse
+/// are left out, so one damaged log costs its series, not the cell.
 pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64>> {
-    // series -> second -> values from each job
-    let mut acc: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    // series -> one map per job (file): second -> that job's values in the second
+    let mut acc: BTreeMap<String, Vec<BTreeMap<u64, Vec<f64>>>> = BTreeMap::new();
     for (name, text) in files {
         let (suffix, scale) = match log_kind(name) {
             Some("bw") => ("bw_mib_s", 1.0 / 1024.0),
@@ -400,6 +402,7 @@ pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64
         let Ok(samples) = parse_log(text) else {
             continue;
         };
+        let mut job: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
         for s in samples {
             let dir = match s.ddir {
                 Ddir::Read => "read",
@@ -408,28 +411,44 @@ pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64
             };
             // log_avg_msec=1000 stamps intervals at ~1000, 2003 ...: round to the second.
             let sec = (s.msec + 500) / 1000;
-            acc.entry(format!("{dir}_{suffix}"))
+            job.entry(format!("{dir}_{suffix}"))
                 .or_default()
                 .entry(sec)
                 .or_default()
                 .push(s.value * scale);
         }
+        for (key, by_sec) in job {
+            acc.entry(key).or_default().push(by_sec);
+        }
     }
     acc.into_iter()
-        .map(|(key, by_sec)| {
+        .map(|(key, jobs)| {
             let is_lat = key.ends_with("lat_mean_us");
-            let series = by_sec
-                .into_values()
-                .map(|v| {
-                    let sum: f64 = v.iter().sum();
-                    if is_lat {
-                        sum / v.len() as f64
-                    } else {
-                        sum
-                    }
-                })
-                .collect();
-            (key, series)
+            (key, merge_jobs(&jobs, is_lat))
+        })
+        .collect()
+}
+
+/// One series from several jobs' per-second values, over the seconds all of them cover: each
+/// job's value in a second is its mean (two intervals rounded into one second are one rate),
+/// then jobs are summed (rates) or averaged (latencies).
+fn merge_jobs(jobs: &[BTreeMap<u64, Vec<f64>>], is_lat: bool) -> Vec<f64> {
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let Some(first) = jobs.first() else {
+        return vec![];
+    };
+    first
+        .keys()
+        .filter_map(|sec| {
+            let per_job: Option<Vec<f64>> =
+                jobs.iter().map(|j| j.get(sec).map(|v| mean(v))).collect();
+            let per_job = per_job?;
+            let sum: f64 = per_job.iter().sum();
+            Some(if is_lat {
+                sum / per_job.len() as f64
+            } else {
+                sum
+            })
         })
         .collect()
 }
