@@ -114,9 +114,17 @@ pub struct MatrixArgs {
     /// file:PATH (a fio job file). [default: pg-randrw]
     #[arg(long)]
     pub workload: Option<String>,
-    /// Repeats of every cell (order reversed on every other repeat). [default: 1]
-    #[arg(long)]
-    pub repeat: Option<u32>,
+    /// Repeats of every cell (order reversed on every other repeat): a number, or `auto` to
+    /// repeat each cell until its read/write IOPS (bonnie++: block figures) vary by less than
+    /// --max-cv, 3 to --max-repeats times. [default: 1]
+    #[arg(long, value_name = "N|auto")]
+    pub repeat: Option<crate::matrix::repeat::Repeat>,
+    /// --repeat auto: coefficient of variation (%) under which a cell is stable. [default: 5]
+    #[arg(long, value_name = "PCT")]
+    pub max_cv: Option<f64>,
+    /// --repeat auto: the most repeats of one cell (at least 3). [default: 8]
+    #[arg(long, value_name = "N")]
+    pub max_repeats: Option<u32>,
     /// Measured seconds per fio job. [default: 60]
     #[arg(long)]
     pub runtime: Option<u32>,
@@ -129,6 +137,14 @@ pub struct MatrixArgs {
     /// Disk under test size in MiB. [default: 1024]
     #[arg(long)]
     pub disk_mib: Option<u64>,
+    /// Cap the disk under test at N read+write IOPS (libvirt <iotune> total_iops_sec), e.g. to
+    /// emulate a cloud disk or to give `compare` a known regression. [default: no limit]
+    #[arg(long, value_name = "N")]
+    pub iops_limit: Option<u64>,
+    /// Cap the disk under test at MIB MiB/s read+write (libvirt <iotune> total_bytes_sec).
+    /// [default: no limit]
+    #[arg(long, value_name = "MIB")]
+    pub bw_limit: Option<u64>,
     /// Measure on first allocation: skip the prefill pass.
     #[arg(long)]
     pub no_prefill: bool,
@@ -439,6 +455,8 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         };
     }
     scalar!(repeat, repeat);
+    scalar!(max_cv, max_cv);
+    scalar!(max_repeats, max_repeats);
     scalar!(runtime, runtime);
     scalar!(ramp, ramp);
     scalar!(size, size);
@@ -447,6 +465,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     scalar!(bonnie_files, bonnie_files);
     scalar!(memory, memory_mib);
     scalar!(boot_timeout, boot_timeout);
+    if let Some(n) = a.iops_limit {
+        c.iops_limit = Some(n);
+    }
+    if let Some(m) = a.bw_limit {
+        c.bw_limit_mib = Some(m);
+    }
     if a.no_prefill {
         c.prefill = false;
     }

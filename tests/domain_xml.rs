@@ -10,7 +10,7 @@ use std::process::Command;
 use vmbench::cell::WorkloadId;
 use vmbench::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, XenMode};
 use vmbench::hypervisor::domain_xml::{self, kernel_cmdline, render, DomainXmlError};
-use vmbench::hypervisor::{DiskSpec, DomainSpec, METADATA_NS};
+use vmbench::hypervisor::{DiskSpec, DomainSpec, IoTune, METADATA_NS};
 use vmbench::storage::{DiskSource, NetProtocol};
 
 const RUN: &str = "20261202T120000Z-golden";
@@ -249,6 +249,7 @@ impl Case {
                 cache: self.cache,
                 io: self.io,
                 serial: vmbench_proto::TEST_DISK_SERIAL.into(),
+                iotune: None,
             },
             run_id: RUN.into(),
             cell_id: cell,
@@ -485,6 +486,46 @@ fn network_names_with_markup_round_trip() {
 
 fn base() -> DomainSpec {
     cases()[0].spec("vmbench-errors")
+}
+
+fn capped(iops: Option<u64>, bytes: Option<u64>) -> DomainSpec {
+    let mut s = base();
+    s.disk.iotune = Some(IoTune {
+        total_iops_sec: iops,
+        total_bytes_sec: bytes,
+    });
+    s
+}
+
+#[test]
+fn iotune_caps_render_on_the_disk_under_test() {
+    let xml = render(&capped(Some(150), Some(8 << 20))).unwrap();
+    assert_eq!(text(&xml, "total_iops_sec").as_deref(), Some("150"));
+    assert_eq!(text(&xml, "total_bytes_sec").as_deref(), Some("8388608"));
+    let iotune = xml.find("<iotune>").expect("an <iotune> element");
+    let disk = (xml.find("<disk").unwrap(), xml.find("</disk>").unwrap());
+    assert!(disk.0 < iotune && iotune < disk.1, "{xml}");
+
+    let xml = render(&capped(Some(150), None)).unwrap();
+    assert_eq!(text(&xml, "total_bytes_sec"), None, "{xml}");
+    assert!(!render(&base()).unwrap().contains("iotune"));
+
+    let mut s = capped(Some(150), None);
+    s.hypervisor = Hypervisor::Xen;
+    s.xen_mode = Some(XenMode::Pvh);
+    s.disk.source = file("/var/lib/vmbench/x.raw");
+    s.disk.format = Format::Raw;
+    let e = render(&s).unwrap_err();
+    assert!(matches!(e, DomainXmlError::IoTuneOnXen), "{e:?}");
+}
+
+#[test]
+#[ignore = "host: virt-xml-validate"]
+fn iotune_caps_validate_against_libvirts_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("iotune.xml");
+    std::fs::write(&path, render(&capped(Some(150), Some(8 << 20))).unwrap()).unwrap();
+    validate(&path).unwrap();
 }
 
 #[test]

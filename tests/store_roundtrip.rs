@@ -32,6 +32,7 @@ fn provenance(host: &str) -> Provenance {
         bonnie: "2.00a".into(),
         image: "sha256:ab12".into(),
         vmbench: "0.1.0 (a32c3da)".into(),
+        io_limit: "iops=150,bw=8MiB/s".into(),
     }
 }
 

@@ -79,6 +79,9 @@ pub enum DomainXmlError {
     /// Linux native AIO without O_DIRECT: QEMU refuses to start.
     #[error("{}", SkipReason::NativeAioNeedsDirect(*.0))]
     NativeAioNeedsDirect(CacheMode),
+    /// An I/O cap on a Xen disk: libxl has no `<iotune>`.
+    #[error("--iops-limit/--bw-limit need qemu or kvm: libvirt's libxl driver has no <iotune>")]
+    IoTuneOnXen,
     /// Xen without PVH/HVM.
     #[error("hypervisor xen needs a xen mode (valid: pvh, hvm)")]
     MissingXenMode,
@@ -262,6 +265,7 @@ fn qemu_devices<'a>(
             },
             source,
             target: Target { dev, bus },
+            iotune: disk.iotune.map(Iotune::from),
             serial: Some(&disk.serial),
         },
         controller: (disk.bus == Bus::VirtioScsi).then_some(Controller {
@@ -285,6 +289,9 @@ fn xen_devices<'a>(
     channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     let datapath = rules::check_disk(Hypervisor::Xen, disk)?.unwrap_or(Datapath::Qdisk);
+    if disk.iotune.is_some() {
+        return Err(DomainXmlError::IoTuneOnXen);
+    }
     let (kind, source) = source(&disk.source)?;
     let (serial, console) = match mode {
         XenMode::Hvm => (Some(file_serial(console_log)), None),
@@ -314,6 +321,7 @@ fn xen_devices<'a>(
                 dev: guest_device_name(Hypervisor::Xen, disk.bus),
                 bus: "xen",
             },
+            iotune: None,
             // libxl drops disk serials; the guest finds the disk as xvda.
             serial: None,
         },
@@ -580,7 +588,26 @@ struct Disk<'a> {
     source: Source<'a>,
     target: Target,
     #[serde(skip_serializing_if = "Option::is_none")]
+    iotune: Option<Iotune>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     serial: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Iotune {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_bytes_sec: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_iops_sec: Option<u64>,
+}
+
+impl From<super::IoTune> for Iotune {
+    fn from(t: super::IoTune) -> Self {
+        Iotune {
+            total_bytes_sec: t.total_bytes_sec,
+            total_iops_sec: t.total_iops_sec,
+        }
+    }
 }
 
 #[derive(Serialize)]

@@ -65,6 +65,18 @@ pub struct DiskSpec {
     pub io: IoMode,
     /// Serial the agent uses to find it.
     pub serial: String,
+    /// Host-side I/O caps (`<iotune>`), or `None` for an uncapped disk.
+    pub iotune: Option<IoTune>,
+}
+
+/// libvirt's `<iotune>` totals on the disk under test: a deliberate cap, to emulate a cloud
+/// disk's limit or to give `compare` a known regression to find. At least one is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoTune {
+    /// `total_iops_sec`: read + write operations per second.
+    pub total_iops_sec: Option<u64>,
+    /// `total_bytes_sec`: read + write bytes per second.
+    pub total_bytes_sec: Option<u64>,
 }
 
 /// The files a guest boots from and talks through.
@@ -99,6 +111,7 @@ impl DiskSpec {
             cache: cell.cache,
             io: cell.io,
             serial: vmbench_proto::TEST_DISK_SERIAL.into(),
+            iotune: None,
         }
     }
 }

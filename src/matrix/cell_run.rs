@@ -176,6 +176,7 @@ impl CellCtx<'_, '_> {
             "qemu".into()
         };
         self.params.insert("datapath".into(), datapath);
+        self.params.extend(self.env.cfg.iotune_params());
         Ok(disk)
     }
 
@@ -337,7 +338,7 @@ impl CellCtx<'_, '_> {
             let prefill = plan.steps.prefill_job.as_deref().filter(|_| cfg.prefill);
             let job = plan.steps.baseline_job.as_deref();
             let host_path = disk.host_path.as_deref();
-            workload::baseline::run(job, prefill, host_path, metrics, &self.work)
+            workload::baseline::run(self.cell, job, prefill, host_path, metrics, &self.work)
         });
         self.params.extend(b.params);
         metrics.extend(b.metrics);
@@ -561,6 +562,7 @@ fn domain_spec(
     let name = format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id);
     let mut spec = DomainSpec::for_cell(name, env.run_id, cell, disk.source.clone(), size, files);
     spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
+    spec.disk.iotune = cfg.iotune();
     spec
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use super::repeat::Repeat;
 pub use crate::storage::options::StorageConfig;
 
 /// Everything a matrix run needs; serialized into the run directory so `--resume` reruns the same.
@@ -32,8 +33,16 @@ pub struct MatrixConfig {
     pub layout: Vec<Layout>,
     /// Workloads. Default `["pg-randrw"]`.
     pub workload: Vec<WorkloadId>,
-    /// Repeats of every cell; the order is reversed on every other repeat. Default 1.
-    pub repeat: u32,
+    /// Repeats of every cell; the order is reversed on every other repeat. A number, or
+    /// `"auto"`: repeat each cell until the CV of its headline figures (read/write IOPS;
+    /// bonnie++ block output/input) is under `max_cv`, at least 3 and at most `max_repeats`
+    /// times, and record `converged` and `cv_pct` on its last repeat. Default 1.
+    pub repeat: Repeat,
+    /// `repeat = "auto"`: the coefficient of variation (%) under which a cell is stable.
+    /// Default 5.
+    pub max_cv: f64,
+    /// `repeat = "auto"`: the most repeats of a cell (at least 3). Default 8.
+    pub max_repeats: u32,
     /// Measured seconds of every fio job. Default 60 (the seed's runtime).
     pub runtime: u32,
     /// Warm-up seconds, excluded from results. Default 5.
@@ -42,6 +51,13 @@ pub struct MatrixConfig {
     pub size: String,
     /// Size of the disk under test, in MiB. Default 1024.
     pub disk_mib: u64,
+    /// Cap on the disk under test, read + write operations per second (libvirt `<iotune>`
+    /// `total_iops_sec`): emulates a cloud disk's limit, or gives `compare` a known regression.
+    /// Recorded in every cell's params and provenance. Default none (uncapped).
+    pub iops_limit: Option<u64>,
+    /// Cap on the disk under test, read + write MiB per second (`<iotune>` `total_bytes_sec`).
+    /// Recorded like `iops_limit`. Default none (uncapped).
+    pub bw_limit_mib: Option<u64>,
     /// Write the test area once before measuring, so qcow2 and thin volumes are not measured on
     /// first allocation. Default true.
     pub prefill: bool,
@@ -86,11 +102,15 @@ impl Default for MatrixConfig {
             io: vec![IoMode::Native],
             layout: vec![Layout::Raw],
             workload: vec![WorkloadId::Preset("pg-randrw".into())],
-            repeat: 1,
+            repeat: Repeat::Fixed(1),
+            max_cv: 5.0,
+            max_repeats: 8,
             runtime: 60,
             ramp: 5,
             size: "200M".into(),
             disk_mib: 1024,
+            iops_limit: None,
+            bw_limit_mib: None,
             prefill: true,
             bonnie_files: 16,
             host_baseline: false,
@@ -147,6 +167,33 @@ impl MatrixConfig {
         })
     }
 
+    /// The I/O caps put on the disk under test, or `None` when uncapped.
+    pub fn iotune(&self) -> Option<crate::hypervisor::IoTune> {
+        let t = crate::hypervisor::IoTune {
+            total_iops_sec: self.iops_limit,
+            total_bytes_sec: self.bw_limit_mib.map(|m| m.saturating_mul(1 << 20)),
+        };
+        (t.total_iops_sec.is_some() || t.total_bytes_sec.is_some()).then_some(t)
+    }
+
+    /// The caps as cell parameters (`iops_limit`, `bw_limit_mib`), so a capped result says so.
+    pub fn iotune_params(&self) -> Vec<(String, String)> {
+        [
+            ("iops_limit", self.iops_limit),
+            ("bw_limit_mib", self.bw_limit_mib),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v.to_string())))
+        .collect()
+    }
+
+    /// The caps as one provenance string (`iops=150,bw=8MiB/s`), empty when uncapped.
+    pub fn io_limit_provenance(&self) -> String {
+        let iops = self.iops_limit.map(|n| format!("iops={n}"));
+        let bw = self.bw_limit_mib.map(|m| format!("bw={m}MiB/s"));
+        iops.into_iter().chain(bw).collect::<Vec<_>>().join(",")
+    }
+
     /// Rejects empty dimensions, zero counts and contradictions.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let empty = [
@@ -169,7 +216,7 @@ impl MatrixConfig {
             crate::workload::check(w)?;
         }
         let positive = [
-            ("repeat", self.repeat as u64),
+            ("repeat", self.repeat.upper_bound(self.max_repeats) as u64),
             ("runtime", self.runtime as u64),
             ("vcpus", self.vcpus as u64),
             ("disk_mib", self.disk_mib),
@@ -178,6 +225,8 @@ impl MatrixConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
         }
+        self.check_limits()?;
+        self.check_auto_repeat()?;
         if self.memory_mib < 128 {
             return Err(ConfigError::Invalid(
                 "'memory_mib' must be at least 128".into(),
@@ -218,6 +267,49 @@ impl MatrixConfig {
             super::check_rule(rule)?;
         }
         parse_size(&self.size).map_err(ConfigError::Invalid)?;
+        Ok(())
+    }
+}
+
+impl MatrixConfig {
+    /// `auto` needs room above its minimum and a CV threshold that can be met.
+    fn check_auto_repeat(&self) -> Result<(), ConfigError> {
+        use super::repeat::MIN_AUTO_REPEATS;
+        if self.repeat != Repeat::Auto {
+            return Ok(());
+        }
+        if self.max_repeats < MIN_AUTO_REPEATS {
+            return Err(ConfigError::Invalid(format!(
+                "'max_repeats' (--max-repeats) must be at least {MIN_AUTO_REPEATS} with repeat = auto"
+            )));
+        }
+        if !(self.max_cv.is_finite() && self.max_cv > 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "'max_cv' (--max-cv) must be a percentage above 0, got {}",
+                self.max_cv
+            )));
+        }
+        Ok(())
+    }
+
+    /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
+    /// asked either); Xen has no `<iotune>`.
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        let caps = [
+            ("iops_limit (--iops-limit)", self.iops_limit),
+            ("bw_limit_mib (--bw-limit)", self.bw_limit_mib),
+        ];
+        if let Some((name, _)) = caps.iter().find(|(_, v)| *v == Some(0)) {
+            return Err(ConfigError::Invalid(format!(
+                "'{name}' must be at least 1 (leave it out for no limit)"
+            )));
+        }
+        if self.iotune().is_some() && self.hypervisor.contains(&Hypervisor::Xen) {
+            return Err(ConfigError::Invalid(
+                "--iops-limit/--bw-limit need qemu or kvm: libvirt's libxl driver has no <iotune>"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -341,7 +433,7 @@ mod tests {
             .to_string()
             .contains("--allow-destroy"));
         c = MatrixConfig {
-            repeat: 0,
+            repeat: Repeat::Fixed(0),
             ..Default::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("'repeat'"));
@@ -356,5 +448,65 @@ mod tests {
         c.storage.nfs = Some("nfs://h/e".parse().unwrap());
         c.storage.nfs_mount = Some("/mnt".into());
         assert!(c.validate().unwrap_err().to_string().contains("contradict"));
+    }
+
+    #[test]
+    fn repeat_is_a_number_or_auto_with_its_bounds() {
+        assert_eq!(parse("repeat = 3\n").unwrap().repeat, Repeat::Fixed(3));
+        let c = parse("repeat = \"auto\"\nmax_cv = 3.5\nmax_repeats = 6\n").unwrap();
+        assert_eq!((c.repeat, c.max_cv, c.max_repeats), (Repeat::Auto, 3.5, 6));
+        c.validate().unwrap();
+        let e = parse("repeat = \"often\"\n").unwrap_err();
+        assert!(e.contains("valid: a number >= 1, or auto"), "{e}");
+        let e = parse("repeat = \"auto\"\nmax_repeats = 2\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("at least 3"), "{e}");
+        let e = parse("repeat = \"auto\"\nmax_cv = 0.0\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("max_cv"), "{e}");
+        // A fixed count ignores the auto bounds.
+        parse("repeat = 2\nmax_repeats = 1\n")
+            .unwrap()
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn io_limits_parse_render_and_refuse_zero() {
+        let c = parse("iops_limit = 150\nbw_limit_mib = 8\n").unwrap();
+        c.validate().unwrap();
+        let t = c.iotune().unwrap();
+        assert_eq!(t.total_iops_sec, Some(150));
+        assert_eq!(t.total_bytes_sec, Some(8 << 20));
+        assert_eq!(
+            c.iotune_params(),
+            vec![
+                ("iops_limit".to_string(), "150".to_string()),
+                ("bw_limit_mib".to_string(), "8".to_string())
+            ]
+        );
+        assert_eq!(c.io_limit_provenance(), "iops=150,bw=8MiB/s");
+        assert_eq!(MatrixConfig::default().io_limit_provenance(), "");
+        assert_eq!(MatrixConfig::default().iotune(), None);
+        assert!(MatrixConfig::default().iotune_params().is_empty());
+        let e = parse("iops_limit = 0\n").unwrap().validate().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("'iops_limit (--iops-limit)' must be at least 1"),
+            "{e}"
+        );
+        let e = parse("bw_limit_mib = 0\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("--bw-limit"), "{e}");
+        assert!(parse("iops_limit = \"fast\"\n")
+            .unwrap_err()
+            .contains("iops_limit"));
+        assert!(parse("iops_limit = -3\n").is_err());
+        let mut c = parse("iops_limit = 150\n").unwrap();
+        c.hypervisor.push(Hypervisor::Xen);
+        assert!(c.validate().unwrap_err().to_string().contains("<iotune>"));
     }
 }

@@ -20,7 +20,7 @@ pub fn render(cfg: &MatrixConfig) -> String {
         s,
         "{} cell(s) x {} repeat(s) = {runs} run(s), about {} s each, {} min in all",
         plan.cells.len(),
-        cfg.repeat,
+        repeat_label(cfg),
         per_cell,
         (runs * per_cell).div_ceil(60)
     );
@@ -40,6 +40,20 @@ pub fn render(cfg: &MatrixConfig) -> String {
     s
 }
 
+/// `auto` runs between 3 and `max_repeats` times; the estimate is for the most.
+fn repeat_label(cfg: &MatrixConfig) -> String {
+    match cfg.repeat {
+        crate::matrix::repeat::Repeat::Auto => format!(
+            "auto ({}-{}, until CV < {}%), at most {}",
+            crate::matrix::repeat::MIN_AUTO_REPEATS,
+            cfg.max_repeats,
+            cfg.max_cv,
+            cfg.max_repeats
+        ),
+        fixed => fixed.to_string(),
+    }
+}
+
 fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
     let run = PathBuf::from("/RUN_DIR");
     let source = storage::plan_source(&cfg.storage, cell, &run.join("work"), &run.join("servers"));
@@ -54,7 +68,9 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
         memory_mib: cfg.memory_mib,
     };
     let name = format!("{NAME_PREFIX}RUN-{i:03}");
-    DomainSpec::for_cell(name, "RUN", cell, source, size, files)
+    let mut spec = DomainSpec::for_cell(name, "RUN", cell, source, size, files);
+    spec.disk.iotune = cfg.iotune();
+    spec
 }
 
 #[cfg(test)]
@@ -76,5 +92,26 @@ mod tests {
         );
         assert!(out.contains("protocol=\"nfs\"") || out.contains("protocol='nfs'"));
         assert!(out.contains("protocol=\"iscsi\"") || out.contains("protocol='iscsi'"));
+    }
+
+    #[test]
+    fn auto_repeat_and_caps_show_in_the_dry_run() {
+        let cfg = MatrixConfig {
+            repeat: crate::matrix::repeat::Repeat::Auto,
+            iops_limit: Some(150),
+            ..MatrixConfig::default()
+        };
+        let out = render(&cfg);
+        assert!(
+            out.starts_with(
+                "6 cell(s) x auto (3-8, until CV < 5%), at most 8 repeat(s) = 48 run(s)"
+            ),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("<total_iops_sec>150</total_iops_sec>").count(),
+            6,
+            "{out}"
+        );
     }
 }

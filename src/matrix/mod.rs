@@ -9,6 +9,7 @@ pub mod dry_run;
 pub mod presets;
 pub mod probe;
 pub mod progress;
+pub mod repeat;
 pub mod runner;
 pub mod test_hooks;
 
@@ -46,7 +47,7 @@ pub fn expand(cfg: &MatrixConfig) -> Plan {
             None => cells.push(cell),
         }
     }
-    let order = schedule(cells.len(), cfg.repeat);
+    let order = schedule(cells.len(), cfg.repeat.upper_bound(cfg.max_repeats));
     Plan {
         cells,
         skipped,

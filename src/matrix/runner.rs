@@ -7,6 +7,7 @@ use super::cell_error::CellError;
 use super::cell_run::{self, Cancel, CellEnv};
 use super::config::MatrixConfig;
 use super::progress::{Output, Ui};
+use super::repeat::{Repeat, Stop, StopRule};
 use super::{expand, Plan};
 use crate::cell::{Cell, Hypervisor};
 use crate::hypervisor::libvirt::Libvirt;
@@ -175,6 +176,56 @@ impl RunCtx {
         Ok(())
     }
 
+    /// `--repeat auto`'s stopping rule; `None` for a fixed count.
+    fn stop_rule(&self) -> Option<StopRule> {
+        (self.cfg.repeat == Repeat::Auto).then_some(StopRule {
+            max_cv_pct: self.cfg.max_cv,
+            max_repeats: self.cfg.max_repeats,
+        })
+    }
+
+    /// The stored repeats of a cell, and `extra` (the one just run).
+    fn history<'a>(&'a self, cell_id: &str, extra: Option<&'a CellResult>) -> Vec<&'a CellResult> {
+        let stored = self.record.cells.iter().filter(|c| c.cell_id == cell_id);
+        stored.chain(extra).collect()
+    }
+
+    /// True when `--repeat auto` needs no more repeats of this cell.
+    fn settled(&self, cell_id: &str) -> bool {
+        self.stop_rule()
+            .is_some_and(|r| r.decide(&self.history(cell_id, None)) != Stop::Continue)
+    }
+
+    /// `--repeat auto`: when `result` is a cell's last repeat, records on it whether the cell
+    /// converged (`converged`, `cv_pct`, `repeats`) and says so in the output.
+    fn note_convergence(&self, result: &mut CellResult) {
+        let Some(rule) = self.stop_rule() else {
+            return;
+        };
+        let history = self.history(&result.cell_id, Some(result));
+        let n = history.len();
+        let (converged, cv) = match rule.decide(&history) {
+            Stop::Continue | Stop::NotRunnable => return,
+            Stop::Converged(cv) => (true, Some(cv)),
+            Stop::Exhausted(cv) => (false, cv),
+        };
+        let cv_text = cv.map_or("n/a".to_string(), |c| format!("{c:.1}"));
+        self.ui.line(format!(
+            "{}: {} after {n} repeat(s), headline CV {cv_text}% (limit {}%)",
+            result.cell.label(),
+            if converged {
+                "converged"
+            } else {
+                "did not converge"
+            },
+            rule.max_cv_pct
+        ));
+        let p = &mut result.params;
+        p.insert("converged".into(), converged.to_string());
+        p.insert("cv_pct".into(), cv_text);
+        p.insert("repeats".into(), n.to_string());
+    }
+
     /// Cells the plan skipped are results too.
     fn record_skipped(&mut self, plan: &Plan) -> anyhow::Result<()> {
         for (cell, reason) in &plan.skipped {
@@ -213,7 +264,10 @@ impl RunCtx {
         )?;
         let servers = Servers::new(self.rundir.path.join("servers"));
         let conns = connect_all(self, plan, &image, &work).await;
-        let prov = provenance(&conns, &image, &self.host);
+        let prov = Provenance {
+            io_limit: self.cfg.io_limit_provenance(),
+            ..provenance(&conns, &image, &self.host)
+        };
         Ok(Hosts {
             shared: Shared { image, work, prov },
             servers,
@@ -235,13 +289,19 @@ impl RunCtx {
         });
         // Not record.cells.len(): an interrupted cell left a directory without a result.
         let first_seq = self.rundir.next_seq();
-        for (n, (idx, repeat)) in todo.into_iter().enumerate() {
+        let mut ran = 0;
+        for (idx, repeat) in todo {
             if self.cancel.is_cancelled() {
                 break;
             }
             let cell = &plan.cells[idx];
-            let seq = first_seq + n;
-            let n = n as u64 + 1;
+            // `--repeat auto`: a settled cell sits out the remaining rounds.
+            if self.settled(&cell.id()) {
+                continue;
+            }
+            let seq = first_seq + ran;
+            ran += 1;
+            let n = ran as u64;
             self.ui.send(Output::CellStart {
                 n,
                 label: cell.label(),
@@ -292,6 +352,8 @@ impl RunCtx {
         let Some(result) = result else {
             return Ok(false);
         };
+        let mut result = result;
+        self.note_convergence(&mut result);
         // The cell is reported finished only once it is durable.
         let line = outcome_line(&result.outcome);
         let file = result.clone();

@@ -127,7 +127,6 @@ impl DiskCounters {
             d(self.rd_ops, earlier.rd_ops),
             d(self.wr_ops, earlier.wr_ops),
         );
-        let lat = |t: f64, n: f64| if n > 0.0 { t / n / 1000.0 } else { 0.0 };
         let mut v = vec![
             Metric::num(
                 "host_read_ops",
@@ -172,39 +171,36 @@ impl DiskCounters {
                 d(self.wr_bytes, earlier.wr_bytes) / secs / 1048576.0,
             ),
         ];
-        if self.timed {
-            v.extend([
-                Metric::num(
-                    "host_read_lat_mean_us",
-                    "Host-observed read latency (avg)",
-                    "µs",
-                    Better::Lower,
-                    lat(d(self.rd_time_ns, earlier.rd_time_ns), rops),
-                ),
-                Metric::num(
-                    "host_write_lat_mean_us",
-                    "Host-observed write latency (avg)",
-                    "µs",
-                    Better::Lower,
-                    lat(d(self.wr_time_ns, earlier.wr_time_ns), wops),
-                ),
-            ]);
-        } else {
-            for (k, l) in [
-                ("host_read_lat_mean_us", "Host-observed read latency (avg)"),
-                (
-                    "host_write_lat_mean_us",
-                    "Host-observed write latency (avg)",
-                ),
-            ] {
-                v.push(Metric {
-                    key: k.into(),
-                    label: l.into(),
-                    unit: "µs".into(),
-                    better: Better::Lower,
-                    value: Value::NotAvailable("no latency in libvirt's block stats".into()),
-                });
+        let mean_lat = |t: u64, t0: u64, n: f64, what: &str| {
+            if !self.timed {
+                Value::NotAvailable("no latency in libvirt's block stats".into())
+            } else if n > 0.0 {
+                Value::Number(d(t, t0) / n / 1000.0)
+            } else {
+                // A mean over no operations is undefined, not 0 µs (which would look fastest).
+                Value::NotAvailable(format!("no {what} operations in the window"))
             }
+        };
+        let lats = [
+            (
+                "host_read_lat_mean_us",
+                "Host-observed read latency (avg)",
+                mean_lat(self.rd_time_ns, earlier.rd_time_ns, rops, "read"),
+            ),
+            (
+                "host_write_lat_mean_us",
+                "Host-observed write latency (avg)",
+                mean_lat(self.wr_time_ns, earlier.wr_time_ns, wops, "write"),
+            ),
+        ];
+        for (k, l, value) in lats {
+            v.push(Metric {
+                key: k.into(),
+                label: l.into(),
+                unit: "µs".into(),
+                better: Better::Lower,
+                value,
+            });
         }
         v
     }
@@ -252,6 +248,32 @@ mod tests {
         let m = b.since(&a, 1.0);
         let lat = m.iter().find(|x| x.key == "host_read_lat_mean_us").unwrap();
         assert!(matches!(lat.value, Value::NotAvailable(_)), "{lat:?}");
+    }
+
+    #[test]
+    fn zero_operations_give_no_mean_latency_not_zero() {
+        let a = DiskCounters {
+            timed: true,
+            rd_ops: 5,
+            wr_ops: 7,
+            wr_time_ns: 9_000,
+            ..Default::default()
+        };
+        let b = DiskCounters {
+            timed: true,
+            rd_ops: 105,
+            rd_time_ns: 200_000,
+            wr_ops: 7,
+            wr_time_ns: 9_000,
+            ..Default::default()
+        };
+        let m = b.since(&a, 1.0);
+        let get = |k: &str| m.iter().find(|x| x.key == k).unwrap().value.clone();
+        assert_eq!(get("host_read_lat_mean_us"), Value::Number(2.0));
+        match get("host_write_lat_mean_us") {
+            Value::NotAvailable(r) => assert!(r.contains("no write operations"), "{r}"),
+            v => panic!("a mean over 0 writes: {v:?}"),
+        }
     }
 
     #[test]

@@ -121,6 +121,10 @@ pub struct Provenance {
     pub image: String,
     /// vmbench's own version and git revision.
     pub vmbench: String,
+    /// The cap put on the disk under test (`iops=N`, `bw=NMiB/s`, comma-separated), empty when
+    /// uncapped; absent in results of versions before the caps existed.
+    #[serde(default)]
+    pub io_limit: String,
 }
 
 /// The record of one cell (one repeat).

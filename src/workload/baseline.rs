@@ -3,11 +3,18 @@
 //! the guest is gone and before the disk is torn down. It gives the ceiling the guest is measured
 //! against: `read_efficiency_pct` = guest read IOPS / host read IOPS.
 //!
+//! Only like for like: the host runs the same job on the same bytes only where the guest's disk
+//! *is* those bytes (raw format, raw layout) and neither side goes through the host page cache
+//! (cache=none, as the host job's O_DIRECT). Everywhere else the baseline is `NotAvailable` with
+//! the reason. An efficiency above 100% means the guest beat the bare device: a cache somewhere,
+//! flagged in `host_baseline_note`.
+//!
 //! The job's target is forced: `{disk}` becomes the backing path, and a job whose text names any
 //! other target is refused rather than run (user job files are already checked for `filename=`,
 //! this is the last guard before the host's fio writes anywhere).
 
 use super::fio;
+use crate::cell::{CacheMode, Cell, Format, Layout};
 use crate::results::{Better, Metric, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,7 +24,7 @@ use std::path::Path;
 pub struct Baseline {
     /// `host_baseline_*` figures and the efficiency ratios (or why there are none).
     pub metrics: Vec<Metric>,
-    /// `host_fio`, `host_baseline_target`.
+    /// `host_fio`, `host_baseline_target`, `host_baseline_note` (efficiency above 100%).
     pub params: BTreeMap<String, String>,
 }
 
@@ -48,6 +55,7 @@ const KEPT: [&str; 8] = [
 /// A baseline that cannot run leaves `NotAvailable` metrics with the reason, never a failed cell:
 /// the guest's figures stand on their own.
 pub fn run(
+    cell: &Cell,
     job: Option<&str>,
     prefill: Option<&str>,
     host_path: Option<&Path>,
@@ -55,6 +63,10 @@ pub fn run(
     work: &Path,
 ) -> Baseline {
     let mut b = Baseline::default();
+    if let Err(why) = like_for_like(cell) {
+        b.metrics = not_available(&format!("host baseline: not like for like: {why}"));
+        return b;
+    }
     let (Some(job), Some(path)) = (job, host_path) else {
         let why = match job {
             None => "host baseline: only fio workloads have one",
@@ -72,11 +84,56 @@ pub fn run(
     match measure(job, prefill, path, work) {
         Ok(run) => {
             b.metrics = host_metrics(&run);
-            b.metrics.extend(efficiency(guest, &b.metrics));
+            let eff = efficiency(guest, &b.metrics);
+            if let Some(note) = cache_effect(&eff) {
+                b.params.insert("host_baseline_note".into(), note);
+            }
+            b.metrics.extend(eff);
         }
         Err(e) => b.metrics = not_available(&format!("host baseline: {e}")),
     }
     b
+}
+
+/// Why the host cannot run the same job on the same bytes as the guest, if it cannot.
+pub fn like_for_like(cell: &Cell) -> Result<(), String> {
+    if cell.format != Format::Raw {
+        return Err(format!(
+            "a {} image: the host would read the container's bytes, not the guest's disk",
+            cell.format
+        ));
+    }
+    if cell.layout != Layout::Raw {
+        return Err(format!(
+            "layout {}: the guest runs on a file in a filesystem, the host would run on the \
+             raw backing target",
+            cell.layout
+        ));
+    }
+    if cell.cache != CacheMode::None {
+        return Err(format!(
+            "cache={}: the guest's I/O goes through the host page cache, the host job's does not",
+            cell.cache
+        ));
+    }
+    Ok(())
+}
+
+/// A note when the guest beat the host on the same bytes: that is a cache, not a faster path.
+pub fn cache_effect(efficiency: &[Metric]) -> Option<String> {
+    let over: Vec<String> = efficiency
+        .iter()
+        .filter_map(|m| Some((m, m.value.number()?)))
+        .filter(|(_, v)| *v > 100.0)
+        .map(|(m, v)| format!("{} {v:.0}%", m.label))
+        .collect();
+    (!over.is_empty()).then(|| {
+        format!(
+            "{} above 100%: the guest outran the bare target, a cache effect (host page cache, \
+             device cache), not a faster path",
+            over.join(", ")
+        )
+    })
 }
 
 /// Prefill (when asked), then the measured job; the measured run's figures.
@@ -207,18 +264,23 @@ pub fn efficiency(guest: &[Metric], host: &[Metric]) -> Vec<Metric> {
         .collect()
 }
 
-/// The baseline's keys, each `NotAvailable` with `why`.
+/// The baseline's keys and the efficiency ratios, each `NotAvailable` with `why`.
 fn not_available(why: &str) -> Vec<Metric> {
-    ["read_iops", "write_iops"]
-        .iter()
-        .map(|k| Metric {
-            key: format!("host_baseline_{k}"),
-            label: format!("Host baseline {}", k.replace("_iops", " IOPS")),
-            unit: "IOPS".into(),
-            better: Better::Higher,
-            value: Value::NotAvailable(why.into()),
-        })
-        .collect()
+    let host = ["read_iops", "write_iops"].iter().map(|k| Metric {
+        key: format!("host_baseline_{k}"),
+        label: format!("Host baseline {}", k.replace("_iops", " IOPS")),
+        unit: "IOPS".into(),
+        better: Better::Higher,
+        value: Value::NotAvailable(why.into()),
+    });
+    let ratios = EFFICIENCY.iter().map(|(_, key, label)| Metric {
+        key: (*key).into(),
+        label: (*label).into(),
+        unit: "%".into(),
+        better: Better::Higher,
+        value: Value::NotAvailable(why.into()),
+    });
+    host.chain(ratios).collect()
 }
 
 #[cfg(test)]
@@ -259,9 +321,99 @@ mod tests {
         assert!(matches!(e[1].value, Value::NotAvailable(_)));
     }
 
+    fn cell(format: Format, layout: Layout, cache: CacheMode) -> Cell {
+        Cell {
+            hypervisor: crate::cell::Hypervisor::Qemu,
+            xen_mode: None,
+            backend: crate::cell::Backend::Local,
+            format,
+            bus: crate::cell::Bus::VirtioBlk,
+            cache,
+            io: crate::cell::IoMode::Threads,
+            layout,
+            workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
+        }
+    }
+
+    fn raw() -> Cell {
+        cell(Format::Raw, Layout::Raw, CacheMode::None)
+    }
+
+    #[test]
+    fn only_raw_raw_uncached_cells_get_a_baseline() {
+        assert_eq!(like_for_like(&raw()), Ok(()));
+        for (c, why) in [
+            (
+                cell(Format::Qcow2, Layout::Raw, CacheMode::None),
+                "qcow2 image",
+            ),
+            (
+                cell(Format::Raw, Layout::Ext4, CacheMode::None),
+                "layout ext4",
+            ),
+            (
+                cell(Format::Raw, Layout::Xfs, CacheMode::None),
+                "layout xfs",
+            ),
+            (
+                cell(Format::Raw, Layout::Raw, CacheMode::Writeback),
+                "cache=writeback",
+            ),
+        ] {
+            let b = run(
+                &c,
+                Some("[j]\nfilename={disk}\n"),
+                None,
+                Some(Path::new("/nonexistent/disk.raw")),
+                &[],
+                Path::new("/nonexistent"),
+            );
+            // Nothing ran: no target, no fio version; every figure says why.
+            assert!(b.params.is_empty(), "{why}: {:?}", b.params);
+            let keys: Vec<&str> = b.metrics.iter().map(|m| m.key.as_str()).collect();
+            assert!(keys.contains(&"read_efficiency_pct"), "{keys:?}");
+            for m in &b.metrics {
+                match &m.value {
+                    Value::NotAvailable(r) => {
+                        assert!(r.contains("not like for like") && r.contains(why), "{r}")
+                    }
+                    v => panic!("{why}: {} = {v:?}", m.key),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn efficiency_above_100_is_flagged_as_a_cache_effect() {
+        let m = |k: &str, v: f64| Metric::num(k, k, "IOPS", Better::Higher, v);
+        let guest = [m("read_iops", 1300.0), m("write_iops", 200.0)];
+        let host = [
+            m("host_baseline_read_iops", 1000.0),
+            m("host_baseline_write_iops", 400.0),
+        ];
+        let note = cache_effect(&efficiency(&guest, &host)).unwrap();
+        assert!(
+            note.starts_with("Guest/host read IOPS 130% above 100%"),
+            "{note}"
+        );
+        assert!(
+            note.contains("cache effect") && !note.contains("write"),
+            "{note}"
+        );
+        let guest = [m("read_iops", 900.0), m("write_iops", 200.0)];
+        assert_eq!(cache_effect(&efficiency(&guest, &host)), None);
+    }
+
     #[test]
     fn missing_host_path_is_not_available_with_the_reason() {
-        let b = run(Some("x"), None, None, &[], Path::new("/nonexistent"));
+        let b = run(
+            &raw(),
+            Some("x"),
+            None,
+            None,
+            &[],
+            Path::new("/nonexistent"),
+        );
         match &b.metrics[0].value {
             Value::NotAvailable(r) => assert!(r.contains("no host path"), "{r}"),
             v => panic!("{v:?}"),

@@ -292,7 +292,8 @@ impl WorkloadEngine for Fio {
             .filter(|(n, _)| n.starts_with(LOG_PREFIX))
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
-        let ms = run.read.runtime_ms.max(run.write.runtime_ms);
+        // The host window also holds the job's own ramp_time, which fio leaves out.
+        let ms = run.read.runtime_ms.max(run.write.runtime_ms) + run.ramp_ms;
         let mut metrics = fio::metrics(&run);
         metrics.extend(fio::io_counts(&run));
         Ok(Parsed {
@@ -447,6 +448,20 @@ mod tests {
         assert!(p.measured_secs.unwrap() > 0.0);
         assert!(!p.samples.is_empty(), "per-second samples from the logs");
         assert!(p.samples.values().all(|s| !s.is_empty()));
+    }
+
+    #[test]
+    fn a_jobs_own_ramp_time_counts_in_the_measured_seconds() {
+        // The job file has ramp_time=1 and runtime=3 (fio reports 3001 ms): the host window
+        // around it holds ~4 s of I/O, and QMP's counts must be divided by that, not by 3.
+        let mut a = BTreeMap::new();
+        a.insert("fio.json".into(), fixture("fio-host-2jobs.json"));
+        let p = Fio::preset(super::super::PG_RANDRW).parse(&a).unwrap();
+        assert_eq!(p.measured_secs, Some(4.001));
+        // No ramp_time; two groups that ran one after another (2001 ms each).
+        a.insert("fio.json".into(), fixture("fio-host-stonewall.json"));
+        let p = Fio::preset(super::super::PG_RANDRW).parse(&a).unwrap();
+        assert_eq!(p.measured_secs, Some(4.002));
     }
 
     #[test]

@@ -89,6 +89,26 @@ pub struct FioRun {
     pub usr_cpu_pct: f64,
     /// System CPU, % of one CPU, summed over jobs.
     pub sys_cpu_pct: f64,
+    /// Reporting groups (`groupid`; `stonewall`/`new_group` start one), in order. Jobs of one
+    /// group run together and are summed; groups run one after another, so `read`/`write` above
+    /// are then the whole run's (I/Os over the groups' summed runtime), never a sum of rates.
+    pub groups: Vec<FioGroup>,
+    /// Seconds of the jobs' own `ramp_time` (ms), summed over the groups: fio excludes them from
+    /// its figures, but they fall inside a host-side window around the job.
+    pub ramp_ms: u64,
+}
+
+/// One fio reporting group.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FioGroup {
+    /// fio's `groupid`.
+    pub id: u64,
+    /// Its jobs' names.
+    pub jobs: Vec<String>,
+    /// Reads, summed over its jobs.
+    pub read: DirStats,
+    /// Writes, summed over its jobs.
+    pub write: DirStats,
 }
 
 /// Parses fio's JSON output. Leading noise lines (fio prints warnings such as `fio: ...` to the
@@ -110,8 +130,10 @@ pub fn parse(json: &str) -> Result<FioRun, FioParseError> {
             .to_string(),
         ..FioRun::default()
     };
-    let mut reads = Vec::new();
-    let mut writes = Vec::new();
+    // groupid -> (jobs, reads, writes, longest ramp)
+    type Acc = (Vec<String>, Vec<DirStats>, Vec<DirStats>, u64);
+    let mut groups: BTreeMap<u64, Acc> = BTreeMap::new();
+    let global_ramp = doc.get("global options").and_then(ramp_ms);
     for (i, job) in jobs.iter().enumerate() {
         let name = job
             .get("jobname")
@@ -126,12 +148,80 @@ pub fn parse(json: &str) -> Result<FioRun, FioParseError> {
         run.jobs.push(name.to_string());
         run.usr_cpu_pct += num(job, &format!("jobs[{i}]"), "usr_cpu")?;
         run.sys_cpu_pct += num(job, &format!("jobs[{i}]"), "sys_cpu")?;
-        reads.push(dir_stats(job, &format!("jobs[{i}].read"), "read")?);
-        writes.push(dir_stats(job, &format!("jobs[{i}].write"), "write")?);
+        let g = groups
+            .entry(job.get("groupid").and_then(Json::as_u64).unwrap_or(0))
+            .or_default();
+        g.0.push(name.to_string());
+        g.1.push(dir_stats(job, &format!("jobs[{i}].read"), "read")?);
+        g.2.push(dir_stats(job, &format!("jobs[{i}].write"), "write")?);
+        let ramp = job.get("job options").and_then(ramp_ms).or(global_ramp);
+        g.3 = g.3.max(ramp.unwrap_or(0));
     }
-    run.read = aggregate(&reads);
-    run.write = aggregate(&writes);
+    for (id, (jobs, reads, writes, ramp)) in groups {
+        run.ramp_ms += ramp;
+        run.groups.push(FioGroup {
+            id,
+            jobs,
+            read: aggregate(&reads),
+            write: aggregate(&writes),
+        });
+    }
+    run.read = sequential(run.groups.iter().map(|g| &g.read));
+    run.write = sequential(run.groups.iter().map(|g| &g.write));
     Ok(run)
+}
+
+/// A job's or the global `ramp_time` option in ms (fio's time units; bare numbers are seconds).
+fn ramp_ms(options: &Json) -> Option<u64> {
+    parse_time_ms(options.get("ramp_time")?.as_str()?)
+}
+
+/// fio time values: `5`, `5s`, `500ms`, `2m`, `1h`, `100us` (bare numbers are seconds).
+pub fn parse_time_ms(v: &str) -> Option<u64> {
+    let v = v.trim().to_ascii_lowercase();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let ms = match unit {
+        "" | "s" | "sec" => n.checked_mul(1000)?,
+        "ms" | "msec" => n,
+        "us" | "usec" => n / 1000,
+        "m" | "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        "d" => n.checked_mul(86_400_000)?,
+        _ => return None,
+    };
+    Some(ms)
+}
+
+/// Groups that ran one after another: I/Os and bytes over the summed runtime, latencies
+/// weighted by I/Os. One group is returned as it is.
+fn sequential<'a>(groups: impl Iterator<Item = &'a DirStats>) -> DirStats {
+    let parts: Vec<&DirStats> = groups.collect();
+    if let [one] = parts.as_slice() {
+        return (*one).clone();
+    }
+    let mut out = DirStats::default();
+    let mut bytes_ms = 0.0;
+    for p in &parts {
+        out.total_ios += p.total_ios;
+        out.runtime_ms += p.runtime_ms;
+        bytes_ms += p.bw_mib_s * p.runtime_ms as f64;
+    }
+    if out.total_ios == 0 || out.runtime_ms == 0 {
+        return out;
+    }
+    let secs = out.runtime_ms as f64 / 1000.0;
+    out.iops = out.total_ios as f64 / secs;
+    out.bw_mib_s = bytes_ms / out.runtime_ms as f64;
+    let w = |f: fn(&DirStats) -> f64| {
+        parts.iter().map(|p| f(p) * p.total_ios as f64).sum::<f64>() / out.total_ios as f64
+    };
+    out.lat_mean_us = w(|p| p.lat_mean_us);
+    out.lat_p50_us = w(|p| p.lat_p50_us);
+    out.lat_p99_us = w(|p| p.lat_p99_us);
+    out.lat_p999_us = w(|p| p.lat_p999_us);
+    out
 }
 
 /// Finds the first JSON object that starts a line and parses it (trailing text is ignored).
@@ -282,6 +372,9 @@ pub fn metrics(run: &FioRun) -> Vec<Metric> {
         Better::Lower,
         run.sys_cpu_pct,
     ));
+    if run.groups.len() > 1 {
+        out.extend(run.groups.iter().flat_map(group_metrics));
+    }
     let ios = run.read.total_ios + run.write.total_ios;
     out.push(Metric {
         key: "read_share_pct".into(),
@@ -295,6 +388,32 @@ pub fn metrics(run: &FioRun) -> Vec<Metric> {
             Value::NotAvailable("no I/O".into())
         },
     });
+    out
+}
+
+/// One reporting group's own IOPS and bandwidth (`g{id}_read_iops` ...), for runs whose groups
+/// ran one after another.
+fn group_metrics(g: &FioGroup) -> Vec<Metric> {
+    let name = format!("Group {} ({})", g.id, g.jobs.join(", "));
+    let mut out = Vec::new();
+    for (dir, s) in [("read", &g.read), ("write", &g.write)] {
+        if s.total_ios == 0 {
+            continue;
+        }
+        let rows = [
+            ("iops", "IOPS", "IOPS", s.iops),
+            ("bw_mib_s", "bandwidth", "MiB/s", s.bw_mib_s),
+        ];
+        for (key, label, unit, v) in rows {
+            out.push(Metric::num(
+                &format!("g{}_{dir}_{key}", g.id),
+                &format!("{name} {dir} {label}"),
+                unit,
+                Better::Higher,
+                v,
+            ));
+        }
+    }
     out
 }
 
@@ -384,12 +503,14 @@ fn log_kind(name: &str) -> Option<&'static str> {
 
 /// Turns fio per-second logs (file name, contents) into series: `read_iops`, `write_iops`,
 /// `read_bw_mib_s`, `write_bw_mib_s` (KiB/s / 1024), `read_lat_mean_us`, `write_lat_mean_us`
-/// (the `_lat` log, total latency, ns / 1000). Several jobs' logs are merged per second: rates
-/// summed, latencies averaged. Files of other types (clat, slat) or that do not parse are left
-/// out, so one damaged log costs its series, not the cell.
+/// (the `_lat` log, total latency, ns / 1000). Each file is one job's; jobs are aligned per
+/// second and merged only over the seconds every job of the series has a sample for (rates
+/// summed, latencies averaged): a second in which one job has already stopped, or has a gap,
+/// would otherwise show as a false dip. Files of other types (clat, slat) or that do not parse
+/// are left out, so one damaged log costs its series, not the cell.
 pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64>> {
-    // series -> second -> values from each job
-    let mut acc: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    // series -> one map per job (file): second -> that job's values in the second
+    let mut acc: BTreeMap<String, Vec<BTreeMap<u64, Vec<f64>>>> = BTreeMap::new();
     for (name, text) in files {
         let (suffix, scale) = match log_kind(name) {
             Some("bw") => ("bw_mib_s", 1.0 / 1024.0),
@@ -400,6 +521,7 @@ pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64
         let Ok(samples) = parse_log(text) else {
             continue;
         };
+        let mut job: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
         for s in samples {
             let dir = match s.ddir {
                 Ddir::Read => "read",
@@ -408,28 +530,44 @@ pub fn samples_from_logs(files: &[(String, String)]) -> BTreeMap<String, Vec<f64
             };
             // log_avg_msec=1000 stamps intervals at ~1000, 2003 ...: round to the second.
             let sec = (s.msec + 500) / 1000;
-            acc.entry(format!("{dir}_{suffix}"))
+            job.entry(format!("{dir}_{suffix}"))
                 .or_default()
                 .entry(sec)
                 .or_default()
                 .push(s.value * scale);
         }
+        for (key, by_sec) in job {
+            acc.entry(key).or_default().push(by_sec);
+        }
     }
     acc.into_iter()
-        .map(|(key, by_sec)| {
+        .map(|(key, jobs)| {
             let is_lat = key.ends_with("lat_mean_us");
-            let series = by_sec
-                .into_values()
-                .map(|v| {
-                    let sum: f64 = v.iter().sum();
-                    if is_lat {
-                        sum / v.len() as f64
-                    } else {
-                        sum
-                    }
-                })
-                .collect();
-            (key, series)
+            (key, merge_jobs(&jobs, is_lat))
+        })
+        .collect()
+}
+
+/// One series from several jobs' per-second values, over the seconds all of them cover: each
+/// job's value in a second is its mean (two intervals rounded into one second are one rate),
+/// then jobs are summed (rates) or averaged (latencies).
+fn merge_jobs(jobs: &[BTreeMap<u64, Vec<f64>>], is_lat: bool) -> Vec<f64> {
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let Some(first) = jobs.first() else {
+        return vec![];
+    };
+    first
+        .keys()
+        .filter_map(|sec| {
+            let per_job: Option<Vec<f64>> =
+                jobs.iter().map(|j| j.get(sec).map(|v| mean(v))).collect();
+            let per_job = per_job?;
+            let sum: f64 = per_job.iter().sum();
+            Some(if is_lat {
+                sum / per_job.len() as f64
+            } else {
+                sum
+            })
         })
         .collect()
 }
