@@ -270,6 +270,26 @@ impl Cell {
         parts.join("-")
     }
 
+    /// The cell's dimensions by name (snake_case, usable as a metric label), in cell-id order.
+    /// Every view that lists dimensions (report grouping, OpenMetrics labels) reads this one list,
+    /// so a new dimension appears everywhere once it is added here.
+    pub fn dimensions(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("hypervisor", self.hypervisor.to_string()),
+            (
+                "xen_mode",
+                self.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
+            ),
+            ("backend", self.backend.to_string()),
+            ("format", self.format.to_string()),
+            ("bus", self.bus.to_string()),
+            ("cache", self.cache.to_string()),
+            ("io", self.io.to_string()),
+            ("layout", self.layout.to_string()),
+            ("workload", self.workload.to_string()),
+        ]
+    }
+
     /// A short label for table headers: only hypervisor, backend, format (and the datapath
     /// dimensions when they differ from the defaults).
     pub fn label(&self) -> String {

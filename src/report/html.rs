@@ -377,39 +377,30 @@ pub const HEADLINE: [&str; 15] = [
     "random_seeks_ps",
 ];
 
-/// The dimensions of a cell, by name, as the cell id spells them.
-fn dimensions(c: &Cell) -> [(&'static str, String); 9] {
-    [
-        ("hypervisor", c.hypervisor.to_string()),
-        (
-            "xen mode",
-            c.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
-        ),
-        ("backend", c.backend.to_string()),
-        ("format", c.format.to_string()),
-        ("bus", c.bus.to_string()),
-        ("cache", c.cache.to_string()),
-        ("io", c.io.to_string()),
-        ("layout", c.layout.to_string()),
-        ("workload", c.workload.to_string()),
-    ]
+/// The dimensions of a cell, by display name (`xen mode`, not `xen_mode`).
+fn dimensions(c: &Cell) -> Vec<(String, String)> {
+    c.dimensions()
+        .into_iter()
+        .map(|(k, v)| (k.replace('_', " "), v))
+        .collect()
 }
 
 /// Which dimensions vary across the groups (indices into [`dimensions`]), and the fixed ones
 /// with their single value.
-fn varying(groups: &[CellGroup<'_>]) -> (Vec<usize>, Vec<(&'static str, String)>) {
+fn varying(groups: &[CellGroup<'_>]) -> (Vec<usize>, Vec<(String, String)>) {
     let dims: Vec<_> = groups
         .iter()
         .map(|g| dimensions(&g.repeats[0].cell))
         .collect();
     let mut vary = Vec::new();
     let mut fixed = Vec::new();
-    for i in 0..9 {
+    let n = dims.first().map_or(0, Vec::len);
+    for i in 0..n {
         let first = dims.first().map(|d| d[i].1.clone()).unwrap_or_default();
         if dims.iter().any(|d| d[i].1 != first) {
             vary.push(i);
         } else if !first.is_empty() {
-            fixed.push((dims[0][i].0, first));
+            fixed.push((dims[0][i].0.clone(), first));
         }
     }
     (vary, fixed)
@@ -485,7 +476,7 @@ fn spread_line(agg: &Agg, unit: &str) -> Option<String> {
 struct View<'a> {
     groups: Vec<CellGroup<'a>>,
     labels: Vec<(String, String)>,
-    fixed: Vec<(&'static str, String)>,
+    fixed: Vec<(String, String)>,
 }
 
 impl<'a> View<'a> {
@@ -936,7 +927,7 @@ mod tests {
                 ("hypervisor xen".into(), "pvh / local".into()),
             ]
         );
-        assert!(view.fixed.contains(&("format", "qcow2".into())));
+        assert!(view.fixed.contains(&("format".to_string(), "qcow2".into())));
     }
 
     #[test]

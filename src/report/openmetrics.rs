@@ -113,23 +113,13 @@ fn escape_help(v: &str) -> String {
 /// The label set of one cell result, in a fixed order.
 fn labels(run: &RunRecord, r: &CellResult) -> Vec<(&'static str, String)> {
     let c = &r.cell;
-    vec![
+    let mut l = vec![
         ("run_id", run.run_id.clone()),
         ("host", r.provenance.host.clone()),
-        ("hypervisor", c.hypervisor.to_string()),
-        (
-            "xen_mode",
-            c.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
-        ),
-        ("backend", c.backend.to_string()),
-        ("format", c.format.to_string()),
-        ("bus", c.bus.to_string()),
-        ("cache", c.cache.to_string()),
-        ("io", c.io.to_string()),
-        ("layout", c.layout.to_string()),
-        ("workload", c.workload.to_string()),
-        ("repeat", r.repeat.to_string()),
-    ]
+    ];
+    l.extend(c.dimensions());
+    l.push(("repeat", r.repeat.to_string()));
+    l
 }
 
 /// One gauge family being collected.
