@@ -145,6 +145,12 @@ pub struct MatrixArgs {
     /// [default: no limit]
     #[arg(long, value_name = "MIB")]
     pub bw_limit: Option<u64>,
+    /// No per-second fio logs (no time series in reports, no within-run stability figure).
+    #[arg(long)]
+    pub no_time_series: bool,
+    /// The guest does not stream fio's status line (no live IOPS on the progress line).
+    #[arg(long)]
+    pub no_live_status: bool,
     /// Measure on first allocation: skip the prefill pass.
     #[arg(long)]
     pub no_prefill: bool,
@@ -473,6 +479,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     }
     if a.no_prefill {
         c.prefill = false;
+    }
+    if a.no_time_series {
+        c.time_series = false;
+    }
+    if a.no_live_status {
+        c.live_status = false;
     }
     if a.no_probe {
         c.probe = false;

@@ -177,6 +177,7 @@ impl CellCtx<'_, '_> {
         };
         self.params.insert("datapath".into(), datapath);
         self.params.extend(self.env.cfg.iotune_params());
+        self.params.extend(self.env.cfg.instrument_params());
         Ok(disk)
     }
 
@@ -477,6 +478,8 @@ impl WorkPlan {
             bonnie_files: cfg.bonnie_files,
             disk_mib: cfg.disk_mib,
             target,
+            time_series: cfg.time_series,
+            live_status: cfg.live_status,
         };
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
         if let Some(mkfs) = mkfs {
