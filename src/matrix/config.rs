@@ -74,6 +74,11 @@ pub struct MatrixConfig {
     /// target (image file, LUN file, block device) and add `host_baseline_*` and
     /// `*_efficiency_pct` (guest IOPS / host IOPS). Default false.
     pub host_baseline: bool,
+    /// Seconds without progress after which a running job fails with "no I/O progress": the
+    /// disk under test completed no I/O (host-side counters) and fio printed no status line with
+    /// a non-zero rate, while the guest is alive. Far below the job's total limit, so a stuck
+    /// storage path costs a minute, not the whole night. 0 turns the watchdog off. Default 60.
+    pub stall_timeout: u64,
     /// Guest vCPUs. Default 2.
     pub vcpus: u32,
     /// Guest memory in MiB. Default 512.
@@ -123,6 +128,7 @@ impl Default for MatrixConfig {
             prefill: true,
             bonnie_files: 16,
             host_baseline: false,
+            stall_timeout: 60,
             vcpus: 2,
             memory_mib: 512,
             boot_timeout: 60,
