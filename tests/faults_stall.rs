@@ -10,7 +10,7 @@ use vmbench::results::Outcome;
 #[ignore = "host: root libvirtd qemu"]
 fn a_stuck_but_alive_guest_fails_at_the_stall_timeout_and_real_cells_pass() {
     let s = Scratch::new();
-    let out = s.matrix(&[
+    let out = s.matrix_with(&[
         "--backend",
         "local",
         "--format",
@@ -22,7 +22,7 @@ fn a_stuck_but_alive_guest_fails_at_the_stall_timeout_and_real_cells_pass() {
         "--ramp",
         "1",
         "--size",
-        "64M",
+        "32M",
         "--disk-mib",
         "256",
         // bonnie++ writes twice the guest RAM: the smallest guest keeps it short.
