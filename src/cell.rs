@@ -84,6 +84,8 @@ dimension!(
         Iscsi => "iscsi",
         /// An LVM logical volume.
         Lvm => "lvm",
+        /// A host directory shared with virtio-fs (no disk; the guest mounts the share).
+        Hostdir => "hostdir",
     }
 );
 

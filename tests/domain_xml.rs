@@ -113,6 +113,20 @@ fn cases() -> Vec<Case> {
             direct,
             file("/var/lib/vmbench/work/golden/disk.raw"),
         ),
+        // hostdir: no disk; the directory as virtio-fs on vmbench's own virtiofsd, shared memory.
+        case(
+            "qemu-hostdir-virtiofs",
+            Qemu,
+            None,
+            Hostdir,
+            Raw,
+            blk,
+            direct,
+            DiskSource::SharedDir {
+                socket: "/var/lib/vmbench/work/golden/virtiofs-1.sock".into(),
+                dir: "/var/lib/vmbench/work/local/vmbench-hostdir-1".into(),
+            },
+        ),
         case(
             "qemu-block-raw-virtio-scsi",
             Qemu,
