@@ -447,7 +447,7 @@ fn hostile_values_render_validate_and_round_trip() {
         };
         let want_disk = match &spec.disk.source {
             DiskSource::File { path } | DiskSource::Block { dev: path } => path.to_str().unwrap(),
-            DiskSource::Network { .. } => unreachable!(),
+            DiskSource::Network { .. } | DiskSource::SharedDir { .. } => unreachable!(),
         };
         assert_eq!(
             attr(&attrs, "source", disk_attr),

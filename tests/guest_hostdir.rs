@@ -61,8 +61,7 @@ fn fio_runs_on_a_host_directory_shared_with_virtio_fs() {
     let daemons: Vec<u32> = pids_named("virtiofsd")
         .into_iter()
         .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.contains(&here))
+            std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains(&here))
         })
         .collect();
     assert!(daemons.is_empty(), "virtiofsd still running: {daemons:?}");

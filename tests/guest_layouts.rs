@@ -64,7 +64,14 @@ fn bonnie_on_a_partition_and_on_an_lvm_volume() {
         &s,
         &["part-ext4", "lvm-ext4"],
         "bonnie",
-        &["--memory", "128", "--disk-mib", "512", "--bonnie-files", "1"],
+        &[
+            "--memory",
+            "128",
+            "--disk-mib",
+            "512",
+            "--bonnie-files",
+            "1",
+        ],
     );
     for (c, dev) in cells.iter().zip(["/dev/vda1", "/dev/mapper/vmbench-test"]) {
         assert!(passed(c), "{}: {:?}", c.cell_id, c.outcome);

@@ -48,7 +48,9 @@ fn shared_dir_rule(cell: &Cell) -> Result<(), SkipReason> {
             "the guest makes no filesystem, partition or LV on a shared directory: hostdir runs \
              with --layout ext4 only"
         }
-        _ if cell.format != Format::Raw => "a shared directory has no image format: use --format raw",
+        _ if cell.format != Format::Raw => {
+            "a shared directory has no image format: use --format raw"
+        }
         _ if cell.bus != Bus::VirtioBlk => "a shared directory is not on a disk bus (virtio-fs)",
         _ if cell.cache != CacheMode::None || cell.io != IoMode::Native => {
             "QEMU's disk cache and io modes do not apply to virtio-fs (virtiofsd's own cache=auto \
@@ -245,15 +247,34 @@ mod tests {
             "<source socket=\"/w/virtiofs-1.sock\"/>",
             "<target dir=\"vmbench-test\"/>",
         ] {
-            assert!(xml.replace(['\n', ' '], "").contains(&want.replace(' ', "")), "{want} in\n{xml}");
+            assert!(
+                xml.replace(['\n', ' '], "")
+                    .contains(&want.replace(' ', "")),
+                "{want} in\n{xml}"
+            );
         }
         assert!(!xml.contains("<disk"), "{xml}");
         let skipped = [
-            Cell { layout: Layout::Raw, ..ok.clone() },
-            Cell { layout: Layout::LvmExt4, ..ok.clone() },
-            Cell { format: Format::Qcow2, ..ok.clone() },
-            Cell { bus: Bus::VirtioScsi, ..ok.clone() },
-            Cell { io: IoMode::Threads, ..ok.clone() },
+            Cell {
+                layout: Layout::Raw,
+                ..ok.clone()
+            },
+            Cell {
+                layout: Layout::LvmExt4,
+                ..ok.clone()
+            },
+            Cell {
+                format: Format::Qcow2,
+                ..ok.clone()
+            },
+            Cell {
+                bus: Bus::VirtioScsi,
+                ..ok.clone()
+            },
+            Cell {
+                io: IoMode::Threads,
+                ..ok.clone()
+            },
         ];
         for c in skipped {
             let e = check(&c, &shared).unwrap_err();
@@ -264,7 +285,10 @@ mod tests {
             xen_mode: Some(XenMode::Pvh),
             ..ok
         };
-        assert!(check(&xen, &shared).unwrap_err().to_string().contains("virtio-fs"));
+        assert!(check(&xen, &shared)
+            .unwrap_err()
+            .to_string()
+            .contains("virtio-fs"));
     }
 
     #[test]

@@ -92,9 +92,11 @@ impl HostdirBackend {
         host_check()?;
         let tag = cmd::unique_tag();
         let dir = root.join(format!("vmbench-hostdir-{tag}"));
-        let io = |what: String| move |source| StorageError::Io {
-            context: what,
-            source,
+        let io = |what: String| {
+            move |source| StorageError::Io {
+                context: what,
+                source,
+            }
         };
         std::fs::create_dir_all(work).map_err(io(format!("creating {}", work.display())))?;
         std::fs::create_dir_all(root).map_err(io(format!("creating {}", root.display())))?;
@@ -201,7 +203,10 @@ impl StorageBackend for HostdirBackend {
         }
         let params = BTreeMap::from([
             ("hostdir".to_string(), self.dir.display().to_string()),
-            ("hostdir_fs".to_string(), super::local::filesystem_name(&self.dir)),
+            (
+                "hostdir_fs".to_string(),
+                super::local::filesystem_name(&self.dir),
+            ),
             ("virtiofsd_cache".to_string(), CACHE.to_string()),
             ("virtiofsd_direct_io".to_string(), "allowed".to_string()),
         ]);

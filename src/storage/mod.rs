@@ -214,7 +214,9 @@ pub fn open(
 /// like an embedded server.
 fn open_hostdir(opts: &StorageConfig, work: &Path) -> Result<Opened, OpenError> {
     let b = hostdir::HostdirBackend::start(&local_dir(opts, work), work).map_err(|e| match e {
-        StorageError::Unsupported(u) => OpenError::Unsupported(format!("unsupported on this host: {u}")),
+        StorageError::Unsupported(u) => {
+            OpenError::Unsupported(format!("unsupported on this host: {u}"))
+        }
         e => OpenError::Failed(e.to_string()),
     })?;
     let server = Some((hostdir::NAME, b.pid()));

@@ -38,7 +38,8 @@ pub fn run_job(job: &Job, w: &Writer) {
     // A job on a shared host directory (virtio-fs) has no disk under test: the disk is only
     // looked up, and its absence only an error, for the steps that use it.
     let devs = logic::list_block_devices(Path::new("/sys"));
-    let disk: Disk = logic::resolve_disk(&devs, &job.disk_serial).map(|d| format!("/dev/{}", d.name));
+    let disk: Disk =
+        logic::resolve_disk(&devs, &job.disk_serial).map(|d| format!("/dev/{}", d.name));
     let mut ok = true;
     for (i, step) in job.steps.iter().enumerate() {
         let idx = i as u32;
