@@ -217,7 +217,8 @@ impl StorageBackend for HostdirBackend {
             },
             format: crate::cell::Format::Raw,
             size_bytes,
-            host_path: Some(self.dir.clone()),
+            // A directory is not "the same bytes" a host fio could run on (no host baseline).
+            host_path: None,
             params,
         })
     }
