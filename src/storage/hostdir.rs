@@ -248,6 +248,49 @@ impl Drop for HostdirBackend {
 mod tests {
     use super::*;
 
+    /// The real virtiofsd starts on a fresh directory, waits on its socket (QEMU's group may
+    /// connect), and teardown leaves neither the daemon, the socket nor the directory.
+    #[test]
+    #[ignore = "host: root qemu"]
+    fn virtiofsd_starts_and_teardown_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, work) = (tmp.path().join("local"), tmp.path().join("work"));
+        let mut b = HostdirBackend::start(&root, &work).unwrap();
+        let (pid, dir, socket) = (b.pid(), b.dir().to_path_buf(), b.socket.clone());
+        assert!(cmd::pid_alive(pid));
+        assert!(dir.is_dir() && dir.starts_with(&root));
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::metadata(&socket).unwrap();
+        assert!(meta.file_type().is_socket());
+        if let Some(g) = qemu_group() {
+            let gid = nix::unistd::Group::from_name(&g).unwrap().unwrap().gid;
+            assert_eq!(meta.gid(), gid.as_raw(), "socket group");
+            assert_eq!(
+                meta.mode() & 0o060,
+                0o060,
+                "group may connect: {:o}",
+                meta.mode()
+            );
+        }
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        let disk = b
+            .provision(
+                &crate::storage::testutil::cell(
+                    crate::cell::Backend::Hostdir,
+                    crate::cell::Format::Raw,
+                ),
+                1 << 20,
+                &work,
+            )
+            .unwrap();
+        assert_eq!(disk.params["virtiofsd_cache"], "auto");
+        assert!(matches!(disk.source, DiskSource::SharedDir { .. }));
+        b.teardown().unwrap();
+        assert!(!cmd::pid_alive(pid), "virtiofsd {pid} still runs");
+        assert!(!dir.exists() && !socket.exists());
+        b.teardown().unwrap();
+    }
+
     #[test]
     fn virtiofsd_is_one_process_that_keeps_o_direct() {
         let argv = plan_virtiofsd(
