@@ -40,13 +40,16 @@ fn mounted(c: &CellResult) -> Option<&str> {
     c.params.get("guest_mounted_device").map(String::as_str)
 }
 
-/// fio on a file in ext4 on /dev/vda1 and on /dev/mapper/vmbench-test.
+/// fio on a file in ext4 on /dev/vda1, in ext4 and in XFS on /dev/mapper/vmbench-test (XFS
+/// needs 300 MiB).
 #[test]
 #[ignore = "host: root libvirtd qemu"]
 fn fio_on_a_partition_and_on_an_lvm_volume_made_in_the_guest() {
     let s = Scratch::new();
-    let cells = cells_on(&s, &["part-ext4", "lvm-ext4"], "rand-read-4k", &[]);
-    for (c, dev) in cells.iter().zip(["/dev/vda1", "/dev/mapper/vmbench-test"]) {
+    let layouts = ["part-ext4", "lvm-ext4", "lvm-xfs"];
+    let cells = cells_on(&s, &layouts, "rand-read-4k", &["--disk-mib", "512"]);
+    let lv = "/dev/mapper/vmbench-test";
+    for (c, dev) in cells.iter().zip(["/dev/vda1", lv, lv]) {
         assert!(passed(c), "{}: {:?}", c.cell_id, c.outcome);
         assert_eq!(mounted(c), Some(dev), "{}: {:?}", c.cell_id, c.params);
         assert!(num(c, "read_iops") > 0.0, "{}", c.cell_id);

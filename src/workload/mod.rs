@@ -137,6 +137,7 @@ pub fn layout_step(cell: &crate::cell::Cell) -> Option<vmbench_proto::Step> {
         Layout::Xfs => (Filesystem::Xfs, Volume::Whole),
         Layout::PartExt4 => (Filesystem::Ext4, Volume::Partition),
         Layout::LvmExt4 => (Filesystem::Ext4, Volume::Lvm),
+        Layout::LvmXfs => (Filesystem::Xfs, Volume::Lvm),
     };
     Some(Step::Mkfs { fs, volume })
 }
