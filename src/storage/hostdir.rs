@@ -86,9 +86,10 @@ pub struct HostdirBackend {
 }
 
 impl HostdirBackend {
-    /// Makes a fresh directory under `root` and starts virtiofsd on it, with its socket and log
-    /// in `work`; returns once the socket exists.
-    pub fn start(root: &Path, work: &Path) -> Result<HostdirBackend, StorageError> {
+    /// Makes a fresh directory under `root` and starts virtiofsd on it, with its socket in
+    /// `work` and its log in `logs` (the run's servers directory, where `vmbench cleanup` finds
+    /// the daemon of a killed run); returns once the socket exists.
+    pub fn start(root: &Path, work: &Path, logs: &Path) -> Result<HostdirBackend, StorageError> {
         host_check()?;
         let tag = cmd::unique_tag();
         let dir = root.join(format!("vmbench-hostdir-{tag}"));
@@ -100,9 +101,10 @@ impl HostdirBackend {
         };
         std::fs::create_dir_all(work).map_err(io(format!("creating {}", work.display())))?;
         std::fs::create_dir_all(root).map_err(io(format!("creating {}", root.display())))?;
+        std::fs::create_dir_all(logs).map_err(io(format!("creating {}", logs.display())))?;
         std::fs::create_dir(&dir).map_err(io(format!("creating {}", dir.display())))?;
         let socket = work.join(format!("virtiofs-{tag}.sock"));
-        let log = work.join(format!("virtiofsd-{tag}.log"));
+        let log = logs.join(format!("virtiofsd-{tag}.log"));
         let mut b = HostdirBackend {
             dir,
             socket,
@@ -255,7 +257,11 @@ mod tests {
     fn virtiofsd_starts_and_teardown_leaves_nothing() {
         let tmp = tempfile::tempdir().unwrap();
         let (root, work) = (tmp.path().join("local"), tmp.path().join("work"));
-        let mut b = HostdirBackend::start(&root, &work).unwrap();
+        let logs = tmp.path().join("servers/virtiofsd");
+        let mut b = HostdirBackend::start(&root, &work, &logs).unwrap();
+        // stdout/stderr in the servers directory: how `vmbench cleanup` finds it.
+        let out = std::fs::read_link(format!("/proc/{}/fd/2", b.pid())).unwrap();
+        assert!(out.starts_with(&logs), "{}", out.display());
         let (pid, dir, socket) = (b.pid(), b.dir().to_path_buf(), b.socket.clone());
         assert!(cmd::pid_alive(pid));
         assert!(dir.is_dir() && dir.starts_with(&root));

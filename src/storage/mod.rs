@@ -206,19 +206,21 @@ pub fn open(
             opts.allow_destroy,
             opts.force,
         ))),
-        Backend::Hostdir => open_hostdir(opts, work)?,
+        Backend::Hostdir => open_hostdir(opts, work, &servers.log_dir(hostdir::NAME))?,
     })
 }
 
 /// The hostdir backend: its virtiofsd runs from here on, so the cell watches and measures it
 /// like an embedded server.
-fn open_hostdir(opts: &StorageConfig, work: &Path) -> Result<Opened, OpenError> {
-    let b = hostdir::HostdirBackend::start(&local_dir(opts, work), work).map_err(|e| match e {
-        StorageError::Unsupported(u) => {
-            OpenError::Unsupported(format!("unsupported on this host: {u}"))
-        }
-        e => OpenError::Failed(e.to_string()),
-    })?;
+fn open_hostdir(opts: &StorageConfig, work: &Path, logs: &Path) -> Result<Opened, OpenError> {
+    let b = hostdir::HostdirBackend::start(&local_dir(opts, work), work, logs).map_err(
+        |e| match e {
+            StorageError::Unsupported(u) => {
+                OpenError::Unsupported(format!("unsupported on this host: {u}"))
+            }
+            e => OpenError::Failed(e.to_string()),
+        },
+    )?;
     let server = Some((hostdir::NAME, b.pid()));
     Ok(Opened {
         backend: Box::new(b),
@@ -243,7 +245,7 @@ pub fn host_support(backend: Backend) -> Result<String, String> {
         Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
         Backend::Hostdir => {
             return hostdir::host_check()
-                .map(|()| "available (virtio-fs; a filesystem layout, never raw)".into())
+                .map(|()| "available (virtio-fs; runs with --layout ext4)".into())
                 .map_err(|u| u.0)
         }
     };
