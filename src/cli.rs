@@ -107,7 +107,7 @@ pub struct MatrixArgs {
     /// Host AIO modes: native, threads, io_uring. [default: native]
     #[arg(long)]
     pub io: Option<String>,
-    /// Guest disk layouts: raw, ext4, xfs, part-ext4 (one MBR partition), lvm-ext4 (an LV made in the guest). [default: raw]
+    /// Guest disk layouts: raw, ext4, xfs, part-ext4 (one MBR partition), lvm-ext4, lvm-xfs (an LV made in the guest). [default: raw]
     #[arg(long)]
     pub layout: Option<String>,
     /// Workloads: pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k, bonnie,
