@@ -84,6 +84,8 @@ dimension!(
         Iscsi => "iscsi",
         /// An LVM logical volume.
         Lvm => "lvm",
+        /// A host directory shared with virtio-fs (no disk; the guest mounts the share).
+        Hostdir => "hostdir",
     }
 );
 
@@ -158,6 +160,8 @@ dimension!(
         PartExt4 => "part-ext4",
         /// ext4 on an LVM logical volume (PV, VG, one LV over the whole disk), made in the guest.
         LvmExt4 => "lvm-ext4",
+        /// XFS on an LVM logical volume made in the guest (XFS needs a disk of 300 MiB or more).
+        LvmXfs => "lvm-xfs",
     }
 );
 

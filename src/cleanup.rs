@@ -22,10 +22,11 @@ pub struct Report {
 }
 
 /// The embedded servers vmbench starts; nothing else is ever signalled.
-const SERVER_COMMS: [&str; 3] = [
+const SERVER_COMMS: [&str; 4] = [
     <Ganesha as EmbeddedServer>::BINARY,
     <Tgt as EmbeddedServer>::BINARY,
     "rpcbind",
+    crate::storage::hostdir::NAME,
 ];
 
 /// What `vmbench cleanup` judges and how (the CLI's flags, as plain values).

@@ -109,7 +109,7 @@ pub struct MatrixArgs {
     /// Xen modes: pvh, hvm (Xen cells only). [default: pvh]
     #[arg(long)]
     pub xen_mode: Option<String>,
-    /// Storage backends: local, block, nfs, iscsi, lvm. [default: local,nfs,iscsi]
+    /// Storage backends: local, block, nfs, iscsi, lvm, hostdir (a host directory shared with virtio-fs; layout ext4 only). [default: local,nfs,iscsi]
     #[arg(long)]
     pub backend: Option<String>,
     /// Image formats: qcow2, raw. [default: qcow2,raw]
@@ -124,7 +124,7 @@ pub struct MatrixArgs {
     /// Host AIO modes: native, threads, io_uring. [default: native]
     #[arg(long)]
     pub io: Option<String>,
-    /// Guest disk layouts: raw, ext4, xfs. [default: raw]
+    /// Guest disk layouts: raw, ext4, xfs, part-ext4 (one MBR partition), lvm-ext4, lvm-xfs (an LV made in the guest). [default: raw]
     #[arg(long)]
     pub layout: Option<String>,
     /// Workloads: pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k, bonnie,

@@ -112,6 +112,11 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         ));
     }
     out.push(check(
+        "virtiofs (virtiofsd, for --backend hostdir)",
+        crate::storage::hostdir::version(),
+        "missing",
+    ));
+    out.push(check(
         "host fio (for --host-baseline)",
         tool_version("fio", &["--version"]),
         "missing",

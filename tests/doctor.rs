@@ -38,4 +38,22 @@ fn doctor_reports_this_host() {
     for b in ["backend local", "backend nfs", "backend iscsi"] {
         assert!(row(&out, b).contains(" ok "), "{out}");
     }
+    // virtio-fs: the row names virtiofsd's version where it exists, and hostdir agrees.
+    let (vfs, hostdir) = (
+        row(&out, "virtiofs (virtiofsd"),
+        row(&out, "backend hostdir"),
+    );
+    if std::path::Path::new(vmbench::storage::hostdir::VIRTIOFSD).exists() {
+        assert!(
+            vfs.contains(" ok ") && vfs.contains("virtiofsd version"),
+            "{vfs}"
+        );
+        assert!(hostdir.contains(" ok "), "{hostdir}");
+    } else {
+        assert!(
+            vfs.contains("missing") && vfs.contains("no /usr/lib/qemu/virtiofsd"),
+            "{vfs}"
+        );
+        assert!(hostdir.contains("unsupported"), "{hostdir}");
+    }
 }

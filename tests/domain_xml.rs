@@ -113,6 +113,20 @@ fn cases() -> Vec<Case> {
             direct,
             file("/var/lib/vmbench/work/golden/disk.raw"),
         ),
+        // hostdir: no disk; the directory as virtio-fs on vmbench's own virtiofsd, shared memory.
+        case(
+            "qemu-hostdir-virtiofs",
+            Qemu,
+            None,
+            Hostdir,
+            Raw,
+            blk,
+            direct,
+            DiskSource::SharedDir {
+                socket: "/var/lib/vmbench/work/golden/virtiofs-1.sock".into(),
+                dir: "/var/lib/vmbench/work/local/vmbench-hostdir-1".into(),
+            },
+        ),
         case(
             "qemu-block-raw-virtio-scsi",
             Qemu,
@@ -433,7 +447,7 @@ fn hostile_values_render_validate_and_round_trip() {
         };
         let want_disk = match &spec.disk.source {
             DiskSource::File { path } | DiskSource::Block { dev: path } => path.to_str().unwrap(),
-            DiskSource::Network { .. } => unreachable!(),
+            DiskSource::Network { .. } | DiskSource::SharedDir { .. } => unreachable!(),
         };
         assert_eq!(
             attr(&attrs, "source", disk_attr),

@@ -99,6 +99,10 @@ pub enum DomainXmlError {
     /// Another hypervisor rule (see [`rules`]).
     #[error(transparent)]
     Rule(SkipReason),
+    /// A shared host directory where a disk was expected (a bug: callers render it as a
+    /// `<filesystem>`).
+    #[error("a shared host directory (virtio-fs) is not a disk")]
+    SharedDirIsNotADisk,
     /// The serializer failed (a bug: the structs are fixed).
     #[error("serializing the domain XML")]
     Serialize(#[source] SeError),
@@ -190,6 +194,7 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
             unit: "MiB",
             value: spec.memory_mib,
         },
+        memory_backing: shared_memory_backing(&spec.disk.source),
         vcpu: spec.vcpus,
         os: Os {
             os_type: os_type(xen_mode),
@@ -246,6 +251,9 @@ fn qemu_devices<'a>(
     channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     rules::check_disk(Hypervisor::Qemu, disk)?;
+    if let DiskSource::SharedDir { socket, .. } = &disk.source {
+        return shared_dir_devices(socket, console_log, channel_socket);
+    }
     check_serial(&disk.serial)?;
     let (kind, source) = source(&disk.source)?;
     let dev = guest_device_name(Hypervisor::Qemu, disk.bus);
@@ -254,7 +262,7 @@ fn qemu_devices<'a>(
         Bus::VirtioScsi => "scsi",
     };
     Ok(Devices {
-        disk: Disk {
+        disk: Some(Disk {
             kind,
             device: "disk",
             driver: Driver {
@@ -267,7 +275,8 @@ fn qemu_devices<'a>(
             target: Target { dev, bus },
             iotune: disk.iotune.map(Iotune::from),
             serial: Some(&disk.serial),
-        },
+        }),
+        filesystem: None,
         controller: (disk.bus == Bus::VirtioScsi).then_some(Controller {
             kind: "scsi",
             index: 0,
@@ -307,7 +316,7 @@ fn xen_devices<'a>(
         ),
     };
     Ok(Devices {
-        disk: Disk {
+        disk: Some(Disk {
             kind,
             device: "disk",
             driver: Driver {
@@ -324,13 +333,49 @@ fn xen_devices<'a>(
             iotune: None,
             // libxl drops disk serials; the guest finds the disk as xvda.
             serial: None,
-        },
+        }),
+        filesystem: None,
         controller: None,
         serial,
         console,
         channel: agent_channel(channel_socket, "xen"),
         // libvirt adds the Xen balloon itself; `none` is a QEMU notion.
         memballoon: None,
+    })
+}
+
+/// KVM/QEMU devices for a shared host directory: no disk, the directory as a virtio-fs
+/// `<filesystem>` on an externally started virtiofsd's socket, serial and agent as usual.
+fn shared_dir_devices<'a>(
+    socket: &'a Path,
+    console_log: &'a str,
+    channel_socket: &'a str,
+) -> Result<Devices<'a>, DomainXmlError> {
+    Ok(Devices {
+        disk: None,
+        controller: None,
+        filesystem: Some(FsDevice {
+            kind: "mount",
+            driver: FsDriver { kind: "virtiofs" },
+            source: FsSource {
+                socket: abs_path("virtiofsd socket", socket)?,
+            },
+            target: FsTarget {
+                dir: vmbench_proto::TEST_FS_TAG,
+            },
+        }),
+        serial: Some(file_serial(console_log)),
+        console: None,
+        channel: agent_channel(channel_socket, "virtio"),
+        memballoon: Some(Memballoon { model: "none" }),
+    })
+}
+
+/// vhost-user (virtiofsd) maps the guest's RAM: it must be shared memory (memfd).
+fn shared_memory_backing(source: &DiskSource) -> Option<MemoryBacking> {
+    matches!(source, DiskSource::SharedDir { .. }).then_some(MemoryBacking {
+        source: KindAttr { kind: "memfd" },
+        access: AccessMode { mode: "shared" },
     })
 }
 
@@ -388,6 +433,7 @@ fn source(src: &DiskSource) -> Result<(&'static str, Source<'_>), DomainXmlError
                 ..empty
             },
         ),
+        DiskSource::SharedDir { .. } => return Err(DomainXmlError::SharedDirIsNotADisk),
         DiskSource::Network {
             protocol,
             name,
@@ -495,6 +541,8 @@ struct Domain<'a> {
     name: &'a str,
     metadata: Metadata<'a>,
     memory: Memory,
+    #[serde(rename = "memoryBacking", skip_serializing_if = "Option::is_none")]
+    memory_backing: Option<MemoryBacking>,
     vcpu: u32,
     os: Os<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -559,6 +607,52 @@ struct Features {
 }
 
 #[derive(Serialize)]
+struct MemoryBacking {
+    source: KindAttr,
+    access: AccessMode,
+}
+
+#[derive(Serialize)]
+struct KindAttr {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct AccessMode {
+    #[serde(rename = "@mode")]
+    mode: &'static str,
+}
+
+/// `<filesystem type='mount'>` with the virtiofs driver.
+#[derive(Serialize)]
+struct FsDevice<'a> {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    driver: FsDriver,
+    source: FsSource<'a>,
+    target: FsTarget,
+}
+
+#[derive(Serialize)]
+struct FsDriver {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct FsSource<'a> {
+    #[serde(rename = "@socket")]
+    socket: &'a str,
+}
+
+#[derive(Serialize)]
+struct FsTarget {
+    #[serde(rename = "@dir")]
+    dir: &'static str,
+}
+
+#[derive(Serialize)]
 struct Clock {
     #[serde(rename = "@offset")]
     offset: &'static str,
@@ -566,9 +660,12 @@ struct Clock {
 
 #[derive(Serialize)]
 struct Devices<'a> {
-    disk: Disk<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<Disk<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     controller: Option<Controller>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filesystem: Option<FsDevice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     serial: Option<Serial<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]

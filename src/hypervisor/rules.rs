@@ -29,6 +29,36 @@ pub enum SkipReason {
     /// A disk Xen cannot reach through libxl.
     #[error("xen: {0}")]
     XenDatapath(Skip),
+    /// A dimension that does not apply to a shared host directory (hostdir, virtio-fs).
+    #[error("hostdir: {0}")]
+    SharedDir(&'static str),
+}
+
+/// A shared host directory has no disk: no raw device, no image format, bus or QEMU block
+/// options. It runs once per workload, as layout ext4 ("a filesystem"; the directory's own
+/// filesystem is recorded as `hostdir_fs`).
+fn shared_dir_rule(cell: &Cell) -> Result<(), SkipReason> {
+    use crate::cell::{Format, Layout};
+    let why = match () {
+        _ if cell.layout == Layout::Raw => {
+            "a shared directory has no raw block device: use --layout ext4 (the guest mounts the \
+             share; the host directory's filesystem is recorded as hostdir_fs)"
+        }
+        _ if cell.layout != Layout::Ext4 => {
+            "the guest makes no filesystem, partition or LV on a shared directory: hostdir runs \
+             with --layout ext4 only"
+        }
+        _ if cell.format != Format::Raw => {
+            "a shared directory has no image format: use --format raw"
+        }
+        _ if cell.bus != Bus::VirtioBlk => "a shared directory is not on a disk bus (virtio-fs)",
+        _ if cell.cache != CacheMode::None || cell.io != IoMode::Native => {
+            "QEMU's disk cache and io modes do not apply to virtio-fs (virtiofsd's own cache=auto \
+             is recorded)"
+        }
+        _ => return Ok(()),
+    };
+    Err(SkipReason::SharedDir(why))
 }
 
 /// Whether QEMU can open a disk with this cache and io mode.
@@ -56,6 +86,9 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
 /// domain rules, plus the dimensions the matrix does not vary for Xen because libxl ignores
 /// them.
 pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
+    if matches!(source, DiskSource::SharedDir { .. }) && cell.hypervisor != Hypervisor::Xen {
+        shared_dir_rule(cell)?;
+    }
     aio_rule(cell.cache, cell.io)?;
     if cell.hypervisor == Hypervisor::Xen {
         if cell.bus != Bus::VirtioBlk {
@@ -105,6 +138,10 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: Some(3260),
             },
+            DiskSource::SharedDir {
+                socket: "/w/virtiofs-1.sock".into(),
+                dir: "/d/vmbench-hostdir-1".into(),
+            },
         ]
     }
 
@@ -148,6 +185,8 @@ mod tests {
                                     // What the matrix does not vary for Xen: libxl ignores it,
                                     // so the XML leaves it out instead of refusing.
                                     (Err(SkipReason::XenBus | SkipReason::XenTuning), _) => {}
+                                    // A shared directory ignores the disk dimensions.
+                                    (Err(SkipReason::SharedDir(_)), _) => {}
                                     (Err(SkipReason::NativeAioNeedsDirect(_)), _)
                                         if *hv == Hypervisor::Xen => {}
                                     (Err(r), Ok(_)) => panic!("{cell:?} skipped ({r}) but renders"),
@@ -186,6 +225,70 @@ mod tests {
             check(&xen, file),
             Err(SkipReason::NativeAioNeedsDirect(CacheMode::Writeback))
         );
+    }
+
+    /// hostdir runs once per workload (ext4, raw, virtio-blk, cache=none, io=native) and renders
+    /// as a virtio-fs share on shared memory; every other value of a disk dimension is skipped
+    /// with a reason.
+    #[test]
+    fn a_shared_directory_runs_once_and_renders_as_virtio_fs() {
+        use crate::cell::Layout;
+        let shared = sources().pop().unwrap();
+        let ok = Cell {
+            layout: Layout::Ext4,
+            ..crate::storage::testutil::cell(Backend::Hostdir, Format::Raw)
+        };
+        assert_eq!(check(&ok, &shared), Ok(()));
+        let xml = domain_xml::render(&spec(&ok, shared.clone())).unwrap();
+        for want in [
+            "<memoryBacking><source type=\"memfd\"/><access mode=\"shared\"/></memoryBacking>",
+            "<filesystem type=\"mount\">",
+            "<driver type=\"virtiofs\"/>",
+            "<source socket=\"/w/virtiofs-1.sock\"/>",
+            "<target dir=\"vmbench-test\"/>",
+        ] {
+            assert!(
+                xml.replace(['\n', ' '], "")
+                    .contains(&want.replace(' ', "")),
+                "{want} in\n{xml}"
+            );
+        }
+        assert!(!xml.contains("<disk"), "{xml}");
+        let skipped = [
+            Cell {
+                layout: Layout::Raw,
+                ..ok.clone()
+            },
+            Cell {
+                layout: Layout::LvmExt4,
+                ..ok.clone()
+            },
+            Cell {
+                format: Format::Qcow2,
+                ..ok.clone()
+            },
+            Cell {
+                bus: Bus::VirtioScsi,
+                ..ok.clone()
+            },
+            Cell {
+                io: IoMode::Threads,
+                ..ok.clone()
+            },
+        ];
+        for c in skipped {
+            let e = check(&c, &shared).unwrap_err();
+            assert!(matches!(e, SkipReason::SharedDir(_)), "{c:?}: {e}");
+        }
+        let xen = Cell {
+            hypervisor: Hypervisor::Xen,
+            xen_mode: Some(XenMode::Pvh),
+            ..ok
+        };
+        assert!(check(&xen, &shared)
+            .unwrap_err()
+            .to_string()
+            .contains("virtio-fs"));
     }
 
     #[test]

@@ -69,8 +69,12 @@ pub fn datapath(source: &DiskSource, format: Format) -> Result<Datapath, Skip> {
             }
             .to_string(),
         )),
+        DiskSource::SharedDir { .. } => Err(Skip(SHARED_DIR_SKIP.to_string())),
     }
 }
+
+const SHARED_DIR_SKIP: &str = "Xen (libxl) has no virtio-fs: a shared host directory needs \
+    qemu or kvm";
 
 /// A block device: raw goes to blkback; qcow2 needs QEMU to interpret the format.
 fn block_datapath(format: Format) -> Datapath {

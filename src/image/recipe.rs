@@ -83,6 +83,8 @@ mod tests {
             "ext4",
             "xfs",
             "xen_blkfront",
+            "dm_mod",
+            "virtiofs",
         ] {
             assert!(r.kernel.modules.iter().any(|x| x == m), "{m} missing");
         }

@@ -492,7 +492,7 @@ struct WorkPlan {
 impl WorkPlan {
     fn new(cfg: &MatrixConfig, cell: &Cell) -> Result<WorkPlan, CellError> {
         let engine = workload::engine(&cell.workload).map_err(CellError::Plan)?;
-        let mkfs = workload::layout_step(cell.layout);
+        let mkfs = workload::layout_step(cell);
         let target = match mkfs {
             Some(_) => "{dir}/vmbench.fio",
             None => "{disk}",
@@ -550,6 +550,7 @@ fn step_name(s: &Step) -> &'static str {
         Step::Mkfs { .. } => "mkfs",
         Step::Fio { .. } => "fio",
         Step::Bonnie { .. } => "bonnie++",
+        Step::MountVirtiofs { .. } => "mount virtiofs",
         Step::Sysrq { .. } => "sysrq",
     }
 }

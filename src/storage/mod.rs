@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 pub mod block;
 pub mod cmd;
 pub mod ganesha;
+pub mod hostdir;
 pub mod iscsi;
 pub mod leftovers;
 pub mod local;
@@ -94,6 +95,14 @@ pub enum DiskSource {
         host: String,
         /// Server port, when not the protocol default.
         port: Option<u16>,
+    },
+    /// Not a disk: a host directory shared with virtio-fs (`<filesystem>` with an externally
+    /// started virtiofsd on `socket`), mounted by the guest under [`vmbench_proto::TEST_FS_TAG`].
+    SharedDir {
+        /// virtiofsd's vhost-user socket.
+        socket: PathBuf,
+        /// The shared directory (for the reader; QEMU only sees the socket).
+        dir: PathBuf,
     },
 }
 
@@ -197,6 +206,25 @@ pub fn open(
             opts.allow_destroy,
             opts.force,
         ))),
+        Backend::Hostdir => open_hostdir(opts, work, &servers.log_dir(hostdir::NAME))?,
+    })
+}
+
+/// The hostdir backend: its virtiofsd runs from here on, so the cell watches and measures it
+/// like an embedded server.
+fn open_hostdir(opts: &StorageConfig, work: &Path, logs: &Path) -> Result<Opened, OpenError> {
+    let b = hostdir::HostdirBackend::start(&local_dir(opts, work), work, logs).map_err(
+        |e| match e {
+            StorageError::Unsupported(u) => {
+                OpenError::Unsupported(format!("unsupported on this host: {u}"))
+            }
+            e => OpenError::Failed(e.to_string()),
+        },
+    )?;
+    let server = Some((hostdir::NAME, b.pid()));
+    Ok(Opened {
+        backend: Box::new(b),
+        server,
     })
 }
 
@@ -215,6 +243,11 @@ pub fn host_support(backend: Backend) -> Result<String, String> {
         }
         Backend::Lvm => Box::new(lvm::LvmBackend::new(String::new(), None)),
         Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
+        Backend::Hostdir => {
+            return hostdir::host_check()
+                .map(|()| "available (virtio-fs; runs with --layout ext4)".into())
+                .map_err(|u| u.0)
+        }
     };
     match probe.check() {
         Ok(()) => Ok("available".into()),
@@ -276,6 +309,10 @@ pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Pat
                 opts.lvm_vg.as_deref().unwrap_or_default(),
                 &format!("vmbench-{PLANNED_TAG}"),
             ),
+        },
+        Backend::Hostdir => DiskSource::SharedDir {
+            socket: work.join(format!("virtiofs-{PLANNED_TAG}.sock")),
+            dir: local_dir(opts, work).join(format!("vmbench-hostdir-{PLANNED_TAG}")),
         },
     }
 }

@@ -143,6 +143,12 @@ impl Servers {
     }
 
     /// The embedded NFS server.
+    /// The log directory of a server started outside these slots (hostdir's per-cell virtiofsd),
+    /// beside ganesha's and tgt's, where `vmbench cleanup` looks for a killed run's servers.
+    pub fn log_dir(&self, name: &str) -> PathBuf {
+        self.ganesha.dir.with_file_name(name)
+    }
+
     pub fn ganesha(&mut self) -> Result<Arc<Ganesha>, OpenError> {
         self.ganesha.get()
     }

@@ -121,16 +121,23 @@ pub static PRESETS: &[Preset] = &[
 ];
 
 /// The guest step that lays a cell's layout on the disk under test and mounts it, or `None` for
-/// the raw device.
-pub fn layout_step(layout: crate::cell::Layout) -> Option<vmbench_proto::Step> {
-    use crate::cell::Layout;
+/// the raw device. A shared host directory (hostdir) is mounted, not made: the guest mounts the
+/// virtio-fs share whatever the layout (the matrix only lets ext4 through).
+pub fn layout_step(cell: &crate::cell::Cell) -> Option<vmbench_proto::Step> {
+    use crate::cell::{Backend, Layout};
     use vmbench_proto::{Filesystem, Step, Volume};
-    let (fs, volume) = match layout {
+    if cell.backend == Backend::Hostdir {
+        return Some(Step::MountVirtiofs {
+            tag: vmbench_proto::TEST_FS_TAG.to_string(),
+        });
+    }
+    let (fs, volume) = match cell.layout {
         Layout::Raw => return None,
         Layout::Ext4 => (Filesystem::Ext4, Volume::Whole),
         Layout::Xfs => (Filesystem::Xfs, Volume::Whole),
         Layout::PartExt4 => (Filesystem::Ext4, Volume::Partition),
         Layout::LvmExt4 => (Filesystem::Ext4, Volume::Lvm),
+        Layout::LvmXfs => (Filesystem::Xfs, Volume::Lvm),
     };
     Some(Step::Mkfs { fs, volume })
 }

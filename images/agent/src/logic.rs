@@ -225,6 +225,13 @@ pub fn first_partition(disk: &str) -> String {
     }
 }
 
+/// sysfs's `dev` file (`MAJOR:MINOR`) as numbers.
+pub fn parse_dev_numbers(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("not MAJOR:MINOR: {text:?}");
+    let (a, b) = text.trim().split_once(':').ok_or_else(bad)?;
+    Ok((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?))
+}
+
 /// lvm.conf for a guest without udev: lvm makes /dev nodes itself and never waits for udev.
 pub const LVM_CONF: &str = "devices {\n  obtain_device_list_from_udev = 0\n  \
 external_device_info_source = \"none\"\n}\nactivation {\n  udev_sync = 0\n  udev_rules = 0\n  \
@@ -233,6 +240,13 @@ monitoring = 0\n}\nglobal {\n  use_lvmlockd = 0\n}\nbackup {\n  backup = 0\n  ar
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dev_numbers_are_read_from_sysfs_text() {
+        assert_eq!(parse_dev_numbers("254:1\n"), Ok((254, 1)));
+        assert!(parse_dev_numbers("254").is_err());
+        assert!(parse_dev_numbers("a:1").is_err());
+    }
 
     fn write(p: &Path, text: &str) {
         fs::create_dir_all(p.parent().unwrap()).unwrap();

@@ -35,21 +35,11 @@ impl Outcome {
 
 /// Runs every step in order, stopping at the first failure; always ends with JobDone.
 pub fn run_job(job: &Job, w: &Writer) {
+    // A job on a shared host directory (virtio-fs) has no disk under test: the disk is only
+    // looked up, and its absence only an error, for the steps that use it.
     let devs = logic::list_block_devices(Path::new("/sys"));
-    let disk = match logic::resolve_disk(&devs, &job.disk_serial) {
-        Ok(d) => format!("/dev/{}", d.name),
-        Err(message) => {
-            let _ = w.send(&GuestMsg::Error {
-                job: Some(job.id),
-                message,
-            });
-            let _ = w.send(&GuestMsg::JobDone {
-                job: job.id,
-                ok: false,
-            });
-            return;
-        }
-    };
+    let disk: Disk =
+        logic::resolve_disk(&devs, &job.disk_serial).map(|d| format!("/dev/{}", d.name));
     let mut ok = true;
     for (i, step) in job.steps.iter().enumerate() {
         let idx = i as u32;
@@ -80,7 +70,19 @@ pub fn run_job(job: &Job, w: &Writer) {
     let _ = w.send(&GuestMsg::JobDone { job: job.id, ok });
 }
 
-fn run_step(job: u64, idx: u32, step: &Step, disk: &str, w: &Writer) -> Result<Outcome, String> {
+/// The disk under test's device path, or why there is none.
+type Disk = Result<String, String>;
+
+/// Substitutes `{disk}` (and `{dir}`) in `text`; `{disk}` without a disk is an error.
+fn substitute(text: &str, disk: &Disk) -> Result<String, String> {
+    match disk {
+        Ok(d) => Ok(logic::substitute(text, d)),
+        Err(e) if text.contains("{disk}") => Err(e.clone()),
+        Err(_) => Ok(logic::substitute(text, "")),
+    }
+}
+
+fn run_step(job: u64, idx: u32, step: &Step, disk: &Disk, w: &Writer) -> Result<Outcome, String> {
     match step {
         Step::DropCaches => {
             sys::sync();
@@ -88,6 +90,7 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &str, w: &Writer) -> Result<O
             Ok(Outcome::ok())
         }
         Step::Mkfs { fs, volume } => {
+            let disk = disk.as_deref().map_err(Clone::clone)?;
             let target = match volume {
                 Volume::Whole => disk.to_string(),
                 Volume::Partition => partition(disk)?,
@@ -101,11 +104,14 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &str, w: &Writer) -> Result<O
             output_name,
             log_prefix,
         } => {
-            let args: Vec<String> = args.iter().map(|a| logic::substitute(a, disk)).collect();
+            let args = args
+                .iter()
+                .map(|a| substitute(a, disk))
+                .collect::<Result<Vec<_>, _>>()?;
             fio(
                 job,
                 idx,
-                &logic::substitute(job_text, disk),
+                &substitute(job_text, disk)?,
                 &args,
                 output_name,
                 log_prefix.as_deref(),
@@ -113,9 +119,13 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &str, w: &Writer) -> Result<O
             )
         }
         Step::Bonnie { args, output_name } => {
-            let args: Vec<String> = args.iter().map(|a| logic::substitute(a, disk)).collect();
+            let args = args
+                .iter()
+                .map(|a| substitute(a, disk))
+                .collect::<Result<Vec<_>, _>>()?;
             bonnie(job, &args, output_name, w)
         }
+        Step::MountVirtiofs { tag } => mount_virtiofs(tag),
         Step::Sysrq { key } => {
             write_proc("/proc/sys/kernel/sysrq", "1")?;
             write_proc("/proc/sysrq-trigger", &key.to_string())?;
@@ -156,6 +166,17 @@ fn mkfs(fs: Filesystem, disk: &str) -> Result<Outcome, String> {
     })
 }
 
+/// Mounts the host directory shared under `tag` (virtio-fs) on the test mountpoint.
+fn mount_virtiofs(tag: &str) -> Result<Outcome, String> {
+    sys::mount(tag, TEST_MOUNTPOINT, "virtiofs", None).map_err(|e| {
+        format!("{e} (is the virtiofs module in the image, and the tag {tag:?} in the domain?)")
+    })?;
+    Ok(Outcome {
+        exit_code: 0,
+        stderr_tail: format!("{}{tag} (virtiofs)", MOUNTED_PREFIX.trim_start()),
+    })
+}
+
 /// Start of the line naming the device the filesystem was mounted from.
 const MOUNTED_PREFIX: &str = "\nvmbench-agent: mounted ";
 
@@ -186,12 +207,18 @@ fn partition(disk: &str) -> Result<String, String> {
             std::io::Error::last_os_error()
         ));
     }
-    let part = format!("/dev/{}", logic::first_partition(name));
-    wait_for(Path::new(&part))?;
+    drop(f);
+    let part_name = logic::first_partition(name);
+    let part = format!("/dev/{part_name}");
+    // The kernel knows the partition once its sysfs entry exists; devtmpfs normally makes the
+    // node too, but nothing else would (no udev), so make it from sysfs if it is missing.
+    let sys_dev = format!("/sys/block/{name}/{part_name}/dev");
+    wait_for(Path::new(&sys_dev))?;
+    ensure_node(&sys_dev, &part)?;
     Ok(part)
 }
 
-/// devtmpfs creates nodes asynchronously: waits up to 5 s for one.
+/// The kernel registers devices asynchronously: waits up to 5 s for a path to exist.
 fn wait_for(node: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !node.exists() {
@@ -201,6 +228,27 @@ fn wait_for(node: &Path) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
+}
+
+/// Makes the block device node `node` from sysfs's `MAJOR:MINOR` in `sys_dev`, unless devtmpfs
+/// made it within a second.
+fn ensure_node(sys_dev: &str, node: &str) -> Result<(), String> {
+    if wait_for_short(Path::new(node)) {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(sys_dev).map_err(|e| format!("reading {sys_dev}: {e}"))?;
+    let (major, minor) = logic::parse_dev_numbers(&text)?;
+    sys::mknod_block(node, major, minor).map_err(|e| format!("mknod {node}: {e}"))
+}
+
+fn wait_for_short(node: &Path) -> bool {
+    for _ in 0..20 {
+        if node.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node.exists()
 }
 
 /// Volume group and logical volume the agent makes on the disk under test.

@@ -32,6 +32,21 @@ pub fn mount(source: &str, target: &str, fstype: &str, data: Option<&str>) -> io
     ))
 }
 
+/// Makes a block device node (0600) for `major:minor` at `path`; an existing node is fine.
+pub fn mknod_block(path: &str, major: u32, minor: u32) -> io::Result<()> {
+    let p = cstr(path)?;
+    let dev = libc::makedev(major, minor);
+    // SAFETY: p is a valid NUL-terminated path for the call.
+    if unsafe { libc::mknod(p.as_ptr(), libc::S_IFBLK | 0o600, dev) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EEXIST) {
+        return Ok(());
+    }
+    Err(e)
+}
+
 /// Loads one kernel module file with finit_module; an already loaded module is fine.
 pub fn load_module(path: &Path) -> io::Result<()> {
     let f = File::open(path)?;

@@ -23,6 +23,8 @@ pub const BLOB_CHUNK: usize = 128 * 1024;
 pub const TEST_DISK_SERIAL: &str = "vmbench-test";
 /// The guest-side path the disk under test is mounted on when a filesystem layout is used.
 pub const TEST_MOUNTPOINT: &str = "/mnt/test";
+/// The virtio-fs tag of the host directory under test (`hostdir` backend).
+pub const TEST_FS_TAG: &str = "vmbench-test";
 
 /// Messages from the guest agent to the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,6 +182,12 @@ pub enum Step {
         args: Vec<String>,
         /// Artifact name for bonnie++'s stdout.
         output_name: String,
+    },
+    /// Mount the host directory shared with virtio-fs under `tag` on [`TEST_MOUNTPOINT`]
+    /// (the `hostdir` backend: there is no disk under test, the filesystem is the host's).
+    MountVirtiofs {
+        /// The virtio-fs tag (libvirt's `<target dir>`).
+        tag: String,
     },
     /// Fault injection for tests: write this key to /proc/sysrq-trigger.
     Sysrq {
