@@ -8,7 +8,7 @@
 
 use super::xen::{self, Datapath, Skip};
 use super::DiskSpec;
-use crate::cell::{Bus, CacheMode, Cell, Hypervisor, IoMode};
+use crate::cell::{Bus, CacheMode, Cell, Hypervisor, IoMode, IoThread, Pin};
 use crate::storage::DiskSource;
 
 /// Why a cell is skipped, or a domain cannot be defined.
@@ -29,6 +29,12 @@ pub enum SkipReason {
     /// A disk Xen cannot reach through libxl.
     #[error("xen: {0}")]
     XenDatapath(Skip),
+    /// I/O threads, virtio queues and `<cputune>` pinning of the emulator are QEMU's.
+    #[error(
+        "xen: iothread, queues and pin are QEMU tuning (libvirt's libxl driver has no I/O \
+         threads, virtio queues or emulator pinning); use them with qemu or kvm"
+    )]
+    XenQemuTuning,
 }
 
 /// Whether QEMU can open a disk with this cache and io mode.
@@ -47,6 +53,9 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
         aio_rule(disk.cache, disk.io)?;
         return Ok(None);
     }
+    if disk.iothread == IoThread::On || disk.queues.is_some() {
+        return Err(SkipReason::XenQemuTuning);
+    }
     xen::datapath(&disk.source, disk.format)
         .map(Some)
         .map_err(SkipReason::XenDatapath)
@@ -64,6 +73,9 @@ pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
         if cell.cache != CacheMode::None || cell.io != IoMode::Native {
             return Err(SkipReason::XenTuning);
         }
+        if cell.tuning.pin == Pin::On {
+            return Err(SkipReason::XenQemuTuning);
+        }
     }
     check_disk(cell.hypervisor, &DiskSpec::for_cell(cell, source.clone())).map(drop)
 }
@@ -80,7 +92,7 @@ pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{Backend, Format, XenMode};
+    use crate::cell::{Backend, DiskTuning, Format, XenMode};
     use crate::hypervisor::domain_xml::{self, DomainXmlError};
     use crate::hypervisor::{DomainSpec, GuestFiles, Sizing};
     use crate::storage::NetProtocol;
@@ -108,6 +120,22 @@ mod tests {
         ]
     }
 
+    /// Default tuning, an I/O thread, queues, both: cycled over the sources.
+    fn tunings() -> impl Iterator<Item = DiskTuning> + Clone {
+        let t = |iothread, queues| DiskTuning {
+            iothread,
+            queues,
+            pin: crate::cell::Pin::Off,
+        };
+        [
+            t(IoThread::Off, None),
+            t(IoThread::On, None),
+            t(IoThread::Off, Some(2)),
+            t(IoThread::On, Some(4)),
+        ]
+        .into_iter()
+    }
+
     fn spec(cell: &Cell, source: DiskSource) -> DomainSpec {
         let files = GuestFiles {
             kernel: "/i/vmlinuz".into(),
@@ -132,13 +160,14 @@ mod tests {
                 for io in IoMode::ALL {
                     for bus in Bus::ALL {
                         for format in Format::ALL {
-                            for source in sources() {
+                            for (source, tuning) in sources().into_iter().zip(tunings().cycle()) {
                                 let cell = Cell {
                                     hypervisor: *hv,
                                     xen_mode: (*hv == Hypervisor::Xen).then_some(XenMode::Pvh),
                                     bus: *bus,
                                     cache: *cache,
                                     io: *io,
+                                    tuning,
                                     ..crate::storage::testutil::cell(Backend::Local, *format)
                                 };
                                 let rendered = domain_xml::render(&spec(&cell, source.clone()));
@@ -186,6 +215,45 @@ mod tests {
             check(&xen, file),
             Err(SkipReason::NativeAioNeedsDirect(CacheMode::Writeback))
         );
+    }
+
+    #[test]
+    fn qemu_tuning_is_skipped_on_xen_with_the_reason() {
+        let file = &sources()[0];
+        let xen = Cell {
+            hypervisor: Hypervisor::Xen,
+            xen_mode: Some(XenMode::Pvh),
+            ..crate::storage::testutil::cell(Backend::Local, Format::Raw)
+        };
+        assert_eq!(check(&xen, file), Ok(()));
+        for tuning in [
+            DiskTuning {
+                iothread: IoThread::On,
+                ..Default::default()
+            },
+            DiskTuning {
+                queues: Some(2),
+                ..Default::default()
+            },
+            DiskTuning {
+                pin: Pin::On,
+                ..Default::default()
+            },
+        ] {
+            let c = Cell {
+                tuning,
+                ..xen.clone()
+            };
+            let e = check(&c, file).unwrap_err();
+            assert_eq!(e, SkipReason::XenQemuTuning);
+            assert!(e.to_string().contains("use them with qemu or kvm"), "{e}");
+            let qemu = Cell {
+                hypervisor: Hypervisor::Qemu,
+                xen_mode: None,
+                ..c
+            };
+            assert_eq!(check(&qemu, file), Ok(()));
+        }
     }
 
     #[test]

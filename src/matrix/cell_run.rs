@@ -181,10 +181,16 @@ impl CellCtx<'_, '_> {
     }
 
     /// The domain's definition, written with the job files into the cell directory.
-    fn define(&self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
+    fn define(&mut self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
         let sock_dir = crate::guest::dirs::make_channel_dir(&self.work)
             .map_err(CellError::host_io("creating the agent socket directory"))?;
-        let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        let mut spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        if self.cell.tuning.pin == crate::cell::Pin::On {
+            let pinning = crate::hypervisor::pinning::host_plan(spec.vcpus)
+                .map_err(|e| CellError::Config(e.to_string()))?;
+            spec.pinning = Some(pinning);
+        }
+        self.params.extend(sweep_params(self.cell, &spec));
         let xml = domain_xml::render(&spec).map_err(CellError::DomainXml)?;
         self.write("domain.xml", &xml)?;
         for (name, text) in &plan.steps.job_files {
@@ -477,6 +483,7 @@ impl WorkPlan {
             bonnie_files: cfg.bonnie_files,
             disk_mib: cfg.disk_mib,
             target,
+            overrides: &cell.fio,
         };
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
         if let Some(mkfs) = mkfs {
@@ -564,6 +571,30 @@ fn domain_spec(
     spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
     spec.disk.iotune = cfg.iotune();
     spec
+}
+
+/// What the sweep dimensions put into this cell, as params (kept with the result and shown
+/// with its provenance): the fio values over the preset's, and the QEMU tuning with the host
+/// CPUs chosen for pinning (they depend on the host, not only on the cell).
+fn sweep_params(cell: &Cell, spec: &DomainSpec) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = cell
+        .fio
+        .pairs()
+        .into_iter()
+        .map(|(k, val)| (format!("fio_{k}"), val))
+        .collect();
+    if !cell.tuning.is_default() {
+        v.push(("qemu_iothread".into(), cell.tuning.iothread.to_string()));
+        let queues = cell
+            .tuning
+            .queues
+            .map_or("default".into(), |q| q.to_string());
+        v.push(("qemu_queues".into(), queues));
+    }
+    if let Some(p) = &spec.pinning {
+        v.push(("qemu_pinning".into(), p.describe()));
+    }
+    v
 }
 
 fn absolute(p: &Path) -> PathBuf {
