@@ -518,7 +518,6 @@ dimension!(
     }
 );
 
-
 /// QEMU disk tuning a sweep sets (`--iothread`, `--queues`, `--pin`); the default is QEMU's
 /// and libvirt's own behaviour, and leaves the cell id as it was.
 #[derive(

@@ -109,7 +109,7 @@ pub fn table(id: &str, head: &[String], rows: &[Vec<TableCell>]) -> String {
 }
 
 /// A figure around one SVG.
-fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> String {
+pub(crate) fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> String {
     format!(
         "<figure class=\"chart\" data-chart=\"{id}\"><figcaption>{cap}</figcaption>\
          <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
@@ -345,7 +345,7 @@ impl LineChart {
 }
 
 /// A round number at or above `v` (1, 2, 2.5, 5 x 10^k) so axis labels read well.
-fn nice_ceiling(v: f64) -> f64 {
+pub(crate) fn nice_ceiling(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
@@ -518,6 +518,7 @@ pub fn html(run: &RunRecord) -> String {
     body.push_str(&banner(&view));
     body.push_str(&summary_section(&view));
     body.push_str(&headline_charts(&view));
+    body.push_str(&super::sweep::section(&view.groups));
     body.push_str(&series_section(&view));
     body.push_str(&full_metrics(&view));
     body.push_str(&outcomes_section(&view));

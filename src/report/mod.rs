@@ -14,6 +14,7 @@ pub mod html;
 pub mod openmetrics;
 pub mod seed;
 pub mod summary;
+pub mod sweep;
 
 use crate::cell::WorkloadId;
 use crate::results::{CellResult, RunRecord, Value};
