@@ -144,6 +144,8 @@ impl CellCtx<'_, '_> {
         parsed
             .metrics
             .extend(window.finish(parsed.measured_secs, self.cell.hypervisor));
+        let split = metrics::split::latency_split(&parsed.metrics);
+        parsed.metrics.extend(split);
         self.baseline(&plan, &disk, &mut parsed.metrics);
         Ok(parsed)
     }
@@ -655,6 +657,13 @@ async fn sample_window(
             Some(_) => continue,
             None => return w,
         }
+    }
+    // QEMU's latency histograms restart empty here, so the end's bins are the window's.
+    let qdev = (hv != Hypervisor::Xen)
+        .then(|| block(&dom).and_then(|b| b.qdev))
+        .flatten();
+    if let Some(q) = qdev {
+        let _ = dom.qmp(&qmp::histogram_set_command(&q));
     }
     w.start = Some(metrics::snapshot(&src, block(&dom), dom.cpu_time_ns()));
     let mut tick = tokio::time::interval(Duration::from_millis(500));

@@ -519,6 +519,8 @@ pub fn html(run: &RunRecord) -> String {
     body.push_str(&summary_section(&view));
     body.push_str(&headline_charts(&view));
     body.push_str(&super::sweep::section(&view.groups));
+    let heads: Vec<String> = (0..view.groups.len()).map(|i| view.head(i)).collect();
+    body.push_str(&super::latency_split::section(&view.groups, &heads));
     body.push_str(&series_section(&view));
     body.push_str(&full_metrics(&view));
     body.push_str(&outcomes_section(&view));

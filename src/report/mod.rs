@@ -11,6 +11,7 @@
 
 pub mod compare_html;
 pub mod html;
+pub mod latency_split;
 pub mod openmetrics;
 pub mod seed;
 pub mod summary;
