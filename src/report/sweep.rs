@@ -1,6 +1,6 @@
 //! The sweep charts of the HTML report: when a sweep dimension (fio's `bs`, `iodepth`,
 //! `numjobs`, `rwmix`, or QEMU's `queues`) varies across a run's cells, IOPS against that
-//! parameter, and mean completion latency against IOPS, one line per cell (the cell being
+//! parameter, and mean latency against IOPS, one line per cell (the cell being
 //! everything but the swept parameter). These are the shapes a backend study reads: where IOPS
 //! stop growing with queue depth, and the knee where latency climbs without more IOPS.
 
@@ -74,14 +74,27 @@ impl XyChart {
                 left + pw,
                 left - 4.0,
                 ys(v) + 4.0,
-                esc(&super::summary::with_unit(v, &self.y_unit)),
+                esc(&if k == 0 {
+                    "0".to_string()
+                } else {
+                    super::summary::with_unit(v, &self.y_unit)
+                }),
                 y = ys(v),
             );
         }
         let ticks: Vec<(f64, String)> = if self.x_ticks.is_empty() {
             (0..=2)
                 .map(|k| xmax * k as f64 / 2.0)
-                .map(|v| (v, super::summary::with_unit(v, "")))
+                .map(|v| {
+                    (
+                        v,
+                        if v == 0.0 {
+                            "0".into()
+                        } else {
+                            super::summary::with_unit(v, "")
+                        },
+                    )
+                })
                 .collect()
         } else {
             self.x_ticks.clone()
@@ -178,7 +191,7 @@ struct SweepPoint {
     lat_us: Option<f64>,
 }
 
-/// Read + write IOPS, and the completion latency of both weighted by their IOPS.
+/// Read + write IOPS, and the mean latency (submission to completion) of both weighted by their IOPS.
 fn point(g: &CellGroup<'_>, x: f64, value: &str) -> Option<SweepPoint> {
     let r = mean(g, "read_iops").unwrap_or(0.0);
     let w = mean(g, "write_iops").unwrap_or(0.0);
@@ -295,7 +308,7 @@ fn charts_for(groups: &[CellGroup<'_>], dim: &str) -> String {
     let latency = XyChart {
         id: format!("sweep-{dim}-latency"),
         caption: format!(
-            "Mean completion latency against IOPS as {dim} varies (points labelled by {dim}) \
+            "Mean latency against IOPS as {dim} varies (points labelled by {dim}) \
              — lower and further right is better"
         ),
         x_title: "IOPS (read + write)".into(),
@@ -331,8 +344,8 @@ pub fn section(groups: &[CellGroup<'_>]) -> String {
     }
     let mut s = String::from(
         "<h2 id=\"sweeps\">Sweeps</h2><p class=\"note\">One line per cell (every dimension but \
-         the swept one); points are means over passed repeats. Latency is fio's completion \
-         latency, reads and writes weighted by their IOPS.</p><div class=\"grid\">",
+         the swept one); points are means over passed repeats. Latency is fio's mean latency \
+         (submission to completion), reads and writes weighted by their IOPS.</p><div class=\"grid\">",
     );
     for dim in dims {
         s.push_str(&charts_for(groups, dim));
