@@ -619,4 +619,37 @@ mod tests {
         c.hypervisor.push(Hypervisor::Xen);
         assert!(c.validate().unwrap_err().to_string().contains("<iotune>"));
     }
+
+    #[test]
+    fn sweep_keys_parse_from_the_file_and_are_checked() {
+        let c = parse(
+            "backend = [\"local\"]\nbs = [\"4k\", \"64k\"]\niodepth = [1, 32]\n\
+             iothread = [\"off\", \"on\"]\nqueues = [2]\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.bs.len(), 2);
+        assert_eq!(c.tunings().len(), 2);
+        assert_eq!(crate::matrix::expand(&c).cells.len(), 2 * 2 * 2 * 2);
+        let e = parse("bs = [\"4q\"]\n").unwrap_err();
+        assert!(e.contains("unknown block size (bs) '4q'"), "{e}");
+        let e = parse("iodepth = [0]\n").unwrap().validate().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("'iodepth (--iodepth)' must be from 1"),
+            "{e}"
+        );
+        let e = parse("rwmix = [120]\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("0 to 100"), "{e}");
+        let e = parse("workload = [\"file:/x.fio\"]\nnumjobs = [2]\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("whose author owns those values"),
+            "{e}"
+        );
+        let e = parse("iothread = []\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("'iothread' is empty"), "{e}");
+    }
 }
