@@ -341,7 +341,9 @@ impl MatrixConfig {
                 .find(|w| !crate::workload::is_fio_preset(w))
             {
                 return Err(ConfigError::Invalid(format!(
-                    "{} override a fio preset's parameters, but workload '{w}' is {}: sweep                      presets only (pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k,                      rand-write-4k), or put the values in your job file",
+                    "{} override a fio preset's parameters, but workload '{w}' is {}: sweep \
+                     presets only (pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, \
+                     rand-write-4k), or put the values in your job file",
                     set.join("/"),
                     match w {
                         WorkloadId::FioFile(_) => "a fio job file, whose author owns those values",
@@ -376,7 +378,8 @@ impl MatrixConfig {
         let need = self.vcpus as usize + 1;
         if self.pin.contains(&crate::cell::Pin::On) && online < need {
             return Err(ConfigError::Invalid(format!(
-                "--pin on needs vcpus + 1 = {need} online host CPUs (one per vCPU, one for the                  emulator and I/O thread); this host has {online}: lower --vcpus or drop --pin on"
+                "--pin on needs vcpus + 1 = {need} online host CPUs (one per vCPU, one for the \
+                 emulator and I/O thread); this host has {online}: lower --vcpus or drop --pin on"
             )));
         }
         Ok(())
