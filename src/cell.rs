@@ -252,6 +252,14 @@ pub struct Cell {
     pub layout: Layout,
     /// The I/O engine job.
     pub workload: WorkloadId,
+    /// fio parameters swept over the preset's own (`--bs`, `--iodepth` ...); empty = the
+    /// preset's values. Absent in records older than the sweeps.
+    #[serde(default, skip_serializing_if = "FioOverrides::is_empty")]
+    pub fio: FioOverrides,
+    /// QEMU disk tuning (`--iothread`, `--queues`, `--pin`); default = none of it. Absent in
+    /// records older than the tuning dimensions.
+    #[serde(default, skip_serializing_if = "DiskTuning::is_default")]
+    pub tuning: DiskTuning,
 }
 
 impl Cell {
@@ -271,7 +279,7 @@ impl Cell {
             self.layout.as_str().into(),
             workload_slug(&self.workload),
         ]);
-        parts.join("-")
+        parts.join("-") + &self.fio.slug() + &self.tuning.slug()
     }
 
     /// The cell's dimensions by name (snake_case, usable as a metric label), in cell-id order.
@@ -291,6 +299,20 @@ impl Cell {
             ("io", self.io.to_string()),
             ("layout", self.layout.to_string()),
             ("workload", self.workload.to_string()),
+            (
+                "bs",
+                self.fio
+                    .bs
+                    .as_ref()
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
+            ),
+            ("iodepth", opt_string(self.fio.iodepth)),
+            ("numjobs", opt_string(self.fio.numjobs)),
+            ("rwmix", opt_string(self.fio.rwmix)),
+            ("iothread", self.tuning.iothread.to_string()),
+            ("queues", opt_string(self.tuning.queues)),
+            ("pin", self.tuning.pin.to_string()),
         ]
     }
 
@@ -312,6 +334,10 @@ impl Cell {
         }
         s
     }
+}
+
+fn opt_string<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
 }
 
 /// File-name-safe slug of a workload (a job file becomes `file-<stem>`).
@@ -350,6 +376,232 @@ where
     Ok(out)
 }
 
+/// A fio block size as fio reads it: a whole number of bytes with an optional k, m or g
+/// suffix (`4k`, `64k`, `1m`, `512`). Kept as written, lower-cased, so it goes into the job text
+/// and the cell id unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct BlockSize(String);
+
+impl BlockSize {
+    /// Bytes.
+    pub fn bytes(&self) -> u64 {
+        let (num, _) = self.0.split_at(self.0.len() - self.unit().len());
+        let mult = match self.unit() {
+            "k" => 1 << 10,
+            "m" => 1 << 20,
+            "g" => 1 << 30,
+            _ => 1,
+        };
+        num.parse::<u64>().unwrap_or(0).saturating_mul(mult)
+    }
+
+    fn unit(&self) -> &str {
+        self.0.trim_start_matches(|c: char| c.is_ascii_digit())
+    }
+}
+
+impl fmt::Display for BlockSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for BlockSize {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        let t = s.trim().to_ascii_lowercase();
+        let digits = t.trim_end_matches(['k', 'm', 'g']);
+        let suffix_len = t.len() - digits.len();
+        let ok = suffix_len <= 1
+            && !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit())
+            && digits.parse::<u64>().is_ok_and(|n| n > 0);
+        if !ok {
+            return Err(UnknownValue {
+                what: "block size (bs)",
+                got: s.trim().to_string(),
+                valid: vec!["a whole number of bytes with an optional k, m or g, e.g. 4k, 64k, 1m"],
+            });
+        }
+        Ok(BlockSize(t))
+    }
+}
+
+impl TryFrom<String> for BlockSize {
+    type Error = UnknownValue;
+    fn try_from(s: String) -> Result<Self, UnknownValue> {
+        s.parse()
+    }
+}
+impl From<BlockSize> for String {
+    fn from(v: BlockSize) -> String {
+        v.0
+    }
+}
+
+/// fio parameters a sweep (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) sets over a fio
+/// preset's own values; `None` keeps the preset's. The job text is rewritten by
+/// `workload::fio` (`FioOverrides::apply`); job files and bonnie++ refuse them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FioOverrides {
+    /// Block size.
+    pub bs: Option<BlockSize>,
+    /// Queue depth per job.
+    pub iodepth: Option<u32>,
+    /// Parallel jobs.
+    pub numjobs: Option<u32>,
+    /// Read share of a mixed workload, in percent (fio `rwmixread`).
+    pub rwmix: Option<u8>,
+}
+
+impl FioOverrides {
+    /// Nothing set: the preset runs as written.
+    pub fn is_empty(&self) -> bool {
+        self == &FioOverrides::default()
+    }
+
+    /// The set keys as fio spells them, in cell-id order.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![];
+        if let Some(b) = &self.bs {
+            v.push(("bs", b.to_string()));
+        }
+        if let Some(d) = self.iodepth {
+            v.push(("iodepth", d.to_string()));
+        }
+        if let Some(n) = self.numjobs {
+            v.push(("numjobs", n.to_string()));
+        }
+        if let Some(r) = self.rwmix {
+            v.push(("rwmixread", r.to_string()));
+        }
+        v
+    }
+
+    /// The cell id suffix (`-bs4k-qd32-rw70`): empty when nothing is set, so ids without a
+    /// sweep do not change.
+    pub fn slug(&self) -> String {
+        fn short(k: &str) -> &str {
+            match k {
+                "iodepth" => "qd",
+                "numjobs" => "nj",
+                "rwmixread" => "rw",
+                k => k,
+            }
+        }
+        self.pairs()
+            .iter()
+            .map(|(k, v)| format!("-{}{}", short(k), v.to_lowercase()))
+            .collect()
+    }
+}
+
+dimension!(
+    /// Whether the disk under test gets a dedicated QEMU I/O thread (libvirt `<iothreads>`).
+    #[derive(Default)]
+    IoThread, "iothread" {
+        /// The disk's I/O runs in QEMU's main loop.
+        #[default]
+        Off => "off",
+        /// One I/O thread, given to the disk (virtio-scsi: to its controller).
+        On => "on",
+    }
+);
+
+dimension!(
+    /// Whether vCPUs, the emulator and the I/O thread are pinned to host CPUs (`<cputune>`).
+    #[derive(Default)]
+    Pin, "pin" {
+        /// The host scheduler places them.
+        #[default]
+        Off => "off",
+        /// One host CPU per vCPU, one more shared by the emulator and the I/O thread.
+        On => "on",
+    }
+);
+
+/// QEMU disk tuning a sweep sets (`--iothread`, `--queues`, `--pin`); the default is QEMU's
+/// and libvirt's own behaviour, and leaves the cell id as it was.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(default)]
+pub struct DiskTuning {
+    /// A dedicated I/O thread for the disk.
+    pub iothread: IoThread,
+    /// virtio queues of the disk (virtio-scsi: of its controller); `None` = QEMU's default
+    /// (one per vCPU for virtio-blk since QEMU 5.2).
+    pub queues: Option<u32>,
+    /// CPU pinning.
+    pub pin: Pin,
+}
+
+impl DiskTuning {
+    /// Nothing asked: the domain is what it was before the tuning dimensions.
+    pub fn is_default(&self) -> bool {
+        self == &DiskTuning::default()
+    }
+
+    /// The cell id suffix (`-iothread-q2-pin`), empty by default.
+    pub fn slug(&self) -> String {
+        let mut s = String::new();
+        if self.iothread == IoThread::On {
+            s.push_str("-iothread");
+        }
+        if let Some(q) = self.queues {
+            s.push_str(&format!("-q{q}"));
+        }
+        if self.pin == Pin::On {
+            s.push_str("-pin");
+        }
+        s
+    }
+}
+
+/// Parses a comma list of whole numbers in `min..=max` (`"1,4,16"`) for a numeric sweep
+/// dimension, rejecting anything else with the valid range.
+pub fn parse_numbers<T>(
+    s: &str,
+    what: &'static str,
+    min: u32,
+    max: u32,
+) -> Result<Vec<T>, UnknownValue>
+where
+    T: TryFrom<u32> + PartialEq,
+{
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || UnknownValue {
+            what,
+            got: part.to_string(),
+            valid: vec![range_text(min, max)],
+        };
+        let n: u32 = part.parse().map_err(|_| bad())?;
+        if !(min..=max).contains(&n) {
+            return Err(bad());
+        }
+        let v = T::try_from(n).map_err(|_| bad())?;
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The valid-range text of a numeric dimension, for the ranges the sweeps use (`UnknownValue`
+/// lists `&'static str` choices).
+fn range_text(min: u32, max: u32) -> &'static str {
+    match (min, max) {
+        (0, 100) => "a whole number from 0 to 100",
+        (1, 65536) => "a whole number from 1 to 65536",
+        (1, 1024) => "a whole number from 1 to 1024",
+        (1, 256) => "a whole number from 1 to 256",
+        _ => "a whole number in range",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +635,8 @@ mod tests {
             io: IoMode::IoUring,
             layout: Layout::Raw,
             workload: WorkloadId::FioFile("/x/my job<1>.fio".into()),
+            fio: Default::default(),
+            tuning: Default::default(),
         };
         let id = c.id();
         assert!(
@@ -393,6 +647,100 @@ mod tests {
         assert_eq!(
             id,
             "qemu-local-qcow2-virtio-blk-none-iouring-raw-file-my_job_1_"
+        );
+    }
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+
+    fn cell() -> Cell {
+        Cell {
+            hypervisor: Hypervisor::Qemu,
+            xen_mode: None,
+            backend: Backend::Local,
+            format: Format::Raw,
+            bus: Bus::VirtioBlk,
+            cache: CacheMode::None,
+            io: IoMode::Native,
+            layout: Layout::Raw,
+            workload: WorkloadId::Preset("pg-randrw".into()),
+            fio: FioOverrides::default(),
+            tuning: DiskTuning::default(),
+        }
+    }
+
+    const OLD_JSON: &str = r#"{"hypervisor":"qemu","xen_mode":null,"backend":"local","format":"raw","bus":"virtio-blk","cache":"none","io":"native","layout":"raw","workload":"pg-randrw"}"#;
+
+    #[test]
+    fn records_older_than_the_sweeps_load_and_keep_their_id_and_json() {
+        let old: Cell = serde_json::from_str(OLD_JSON).unwrap();
+        assert_eq!(old, cell());
+        assert_eq!(
+            old.id(),
+            "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw"
+        );
+        assert_eq!(serde_json::to_string(&old).unwrap(), OLD_JSON);
+    }
+
+    #[test]
+    fn set_sweeps_enter_the_id_dimensions_and_json() {
+        let c = Cell {
+            fio: FioOverrides {
+                bs: Some("64K".parse().unwrap()),
+                numjobs: Some(2),
+                ..Default::default()
+            },
+            tuning: DiskTuning {
+                iothread: IoThread::On,
+                queues: Some(4),
+                pin: Pin::On,
+            },
+            ..cell()
+        };
+        assert_eq!(
+            c.id(),
+            "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw-bs64k-nj2-iothread-q4-pin"
+        );
+        let dims: std::collections::BTreeMap<_, _> = c.dimensions().into_iter().collect();
+        assert_eq!(dims["bs"], "64k");
+        assert_eq!(dims["numjobs"], "2");
+        assert_eq!(dims["iodepth"], "");
+        assert_eq!(
+            (dims["iothread"].as_str(), dims["queues"].as_str()),
+            ("on", "4")
+        );
+        assert_eq!(dims["pin"], "on");
+        let back: Cell = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let off = Cell {
+            tuning: DiskTuning {
+                queues: Some(1),
+                ..Default::default()
+            },
+            ..cell()
+        };
+        // An explicit single queue is not QEMU's default (one per vCPU): its own cell.
+        assert_ne!(off.id(), cell().id());
+    }
+
+    #[test]
+    fn block_sizes_and_numbers_parse_or_name_the_valid_form() {
+        let b: BlockSize = " 64K ".parse().unwrap();
+        assert_eq!((b.to_string(), b.bytes()), ("64k".to_string(), 65536));
+        assert_eq!("512".parse::<BlockSize>().unwrap().bytes(), 512);
+        assert_eq!("1m".parse::<BlockSize>().unwrap().bytes(), 1 << 20);
+        for bad in ["", "k", "0", "4kk", "4 k", "-4k", "4t"] {
+            let e = bad.parse::<BlockSize>().unwrap_err().to_string();
+            assert!(e.contains("e.g. 4k, 64k, 1m"), "{bad}: {e}");
+        }
+        let v: Vec<u32> = parse_numbers("1, 4,4,16", "iodepth", 1, 65536).unwrap();
+        assert_eq!(v, vec![1, 4, 16]);
+        let e = parse_numbers::<u8>("70,101", "rwmix", 0, 100).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown rwmix '101' (valid: a whole number from 0 to 100)"
         );
     }
 }

@@ -231,6 +231,30 @@ pub struct MatrixArgs {
     /// Confirm that --block-device may be overwritten.
     #[arg(long)]
     pub allow_destroy: bool,
+    /// fio block sizes to sweep over the preset's, e.g. 4k,64k (fio presets only).
+    /// [default: the preset's]
+    #[arg(long, value_name = "LIST")]
+    pub bs: Option<String>,
+    /// fio queue depths to sweep over the preset's, e.g. 1,4,16,64. [default: the preset's]
+    #[arg(long, value_name = "LIST")]
+    pub iodepth: Option<String>,
+    /// fio job counts to sweep over the preset's, e.g. 1,2. [default: the preset's]
+    #[arg(long, value_name = "LIST")]
+    pub numjobs: Option<String>,
+    /// fio read percentages (rwmixread) to sweep over the preset's, e.g. 100,70,0.
+    /// [default: the preset's]
+    #[arg(long, value_name = "LIST")]
+    pub rwmix: Option<String>,
+    /// A dedicated QEMU I/O thread for the disk under test: off, on. [default: off]
+    #[arg(long, value_name = "LIST")]
+    pub iothread: Option<String>,
+    /// virtio queues of the disk (virtio-scsi: its controller), e.g. 1,2. [default: QEMU's]
+    #[arg(long, value_name = "LIST")]
+    pub queues: Option<String>,
+    /// Pin vCPUs, emulator and I/O thread to host CPUs: off, on (needs vcpus + 1 host CPUs).
+    /// [default: off]
+    #[arg(long, value_name = "LIST")]
+    pub pin: Option<String>,
     /// Use --block-device even if it holds a filesystem signature.
     #[arg(long)]
     pub force: bool,
@@ -477,6 +501,10 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     list!(io);
     list!(layout);
     list!(workload);
+    list!(bs);
+    list!(iothread);
+    list!(pin);
+    sweep_numbers(&mut c, a)?;
     macro_rules! scalar {
         ($field:ident, $cfg:ident) => {
             if let Some(v) = a.$field.clone() {
@@ -563,6 +591,24 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     }
     c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(c)
+}
+
+/// The numeric sweep lists (`--iodepth 1,4,16`), each checked against its range.
+fn sweep_numbers(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
+    use crate::cell::parse_numbers;
+    if let Some(s) = &a.iodepth {
+        c.iodepth = parse_numbers(s, "iodepth", 1, 65536)?;
+    }
+    if let Some(s) = &a.numjobs {
+        c.numjobs = parse_numbers(s, "numjobs", 1, 1024)?;
+    }
+    if let Some(s) = &a.rwmix {
+        c.rwmix = parse_numbers(s, "rwmix (read %)", 0, 100)?;
+    }
+    if let Some(s) = &a.queues {
+        c.queues = parse_numbers(s, "queues", 1, 256)?;
+    }
+    Ok(())
 }
 
 fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
@@ -658,6 +704,88 @@ mod tests {
         );
         let e = args(&["--hypervisor", ""]).unwrap_err();
         assert!(e.to_string().contains("'hypervisor' is empty"), "{e}");
+    }
+
+    #[test]
+    fn sweep_options_parse_and_bad_ones_exit_2_naming_the_problem() {
+        let c = args(&[
+            "--bs",
+            "4k,64K",
+            "--iodepth",
+            "1,16",
+            "--rwmix",
+            "70",
+            "--iothread",
+            "off,on",
+            "--queues",
+            "1,2",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.bs.iter().map(|b| b.to_string()).collect::<Vec<_>>(),
+            ["4k", "64k"]
+        );
+        assert_eq!(
+            (c.iodepth.clone(), c.rwmix.clone()),
+            (vec![1, 16], vec![70])
+        );
+        assert_eq!(c.queues, vec![1, 2]);
+        let p = crate::matrix::expand(&c);
+        // 6 default cells x 2 bs x 2 iodepth x 2 iothread x 2 queues.
+        assert_eq!(p.cells.len(), 6 * 16);
+        let ids: std::collections::BTreeSet<String> = p.cells.iter().map(|c| c.id()).collect();
+        assert_eq!(ids.len(), p.cells.len(), "ids are unique");
+        assert!(ids.contains(
+            "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw-bs64k-qd16-rw70-iothread-q2"
+        ));
+        for (flag, value, want) in [
+            ("--bs", "4x", "unknown block size (bs) '4x'"),
+            ("--bs", "0", "e.g. 4k, 64k"),
+            (
+                "--iodepth",
+                "0",
+                "unknown iodepth '0' (valid: a whole number from 1 to 65536)",
+            ),
+            ("--rwmix", "101", "from 0 to 100"),
+            ("--numjobs", "two", "unknown numjobs 'two'"),
+            (
+                "--iothread",
+                "yes",
+                "unknown iothread 'yes' (valid: off, on)",
+            ),
+            ("--queues", "0", "unknown queues '0'"),
+            ("--pin", "1", "valid: off, on"),
+        ] {
+            let e = args(&[flag, value]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{flag} {value}");
+            assert!(e.to_string().contains(want), "{flag} {value}: {e}");
+        }
+        for workload in ["bonnie", "file:/tmp/x.fio"] {
+            let e = args(&["--workload", workload, "--iodepth", "4"]).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("--iodepth override a fio preset") && msg.contains(workload),
+                "{msg}"
+            );
+        }
+        assert!(args(&["--workload", "bonnie", "--iothread", "on"]).is_ok());
+    }
+
+    #[test]
+    fn pinning_needs_a_cpu_more_than_the_vcpus() {
+        let c = args(&["--vcpus", "2"]).unwrap();
+        let pinned = MatrixConfig {
+            pin: vec![crate::cell::Pin::Off, crate::cell::Pin::On],
+            ..c
+        };
+        pinned.check_pin(3).unwrap();
+        let e = pinned.check_pin(2).unwrap_err().to_string();
+        assert!(
+            e.contains("vcpus + 1 = 3") && e.contains("this host has 2"),
+            "{e}"
+        );
+        MatrixConfig::default().check_pin(1).unwrap();
     }
 
     #[test]

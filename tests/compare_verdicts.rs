@@ -19,6 +19,8 @@ fn cell(backend: Backend) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("pg-randrw".into()),
+        fio: Default::default(),
+        tuning: Default::default(),
     }
 }
 

@@ -7,9 +7,11 @@ use quick_xml::name::ResolveResult;
 use quick_xml::NsReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use vmbench::cell::IoThread;
 use vmbench::cell::WorkloadId;
 use vmbench::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, XenMode};
 use vmbench::hypervisor::domain_xml::{self, kernel_cmdline, render, DomainXmlError};
+use vmbench::hypervisor::pinning::Pinning;
 use vmbench::hypervisor::{DiskSpec, DomainSpec, IoTune, METADATA_NS};
 use vmbench::storage::{DiskSource, NetProtocol};
 
@@ -239,6 +241,8 @@ impl Case {
             io: self.io,
             layout: Layout::Raw,
             workload: WorkloadId::Preset("pg-randrw".into()),
+            fio: Default::default(),
+            tuning: Default::default(),
         }
     }
 
@@ -264,9 +268,12 @@ impl Case {
                 io: self.io,
                 serial: vmbench_proto::TEST_DISK_SERIAL.into(),
                 iotune: None,
+                iothread: Default::default(),
+                queues: None,
             },
             run_id: RUN.into(),
             cell_id: cell,
+            pinning: None,
         }
     }
 }
@@ -540,6 +547,84 @@ fn iotune_caps_validate_against_libvirts_schema() {
     let path = dir.path().join("iotune.xml");
     std::fs::write(&path, render(&capped(Some(150), Some(8 << 20))).unwrap()).unwrap();
     validate(&path).unwrap();
+}
+
+/// The QEMU disk tuning of issue 16: an I/O thread, queues and pinning, on virtio-blk (on the
+/// disk) or virtio-scsi (on the controller).
+fn tuned(bus: Bus, pin: bool) -> DomainSpec {
+    let mut s = base();
+    s.disk.bus = bus;
+    s.disk.iothread = IoThread::On;
+    s.disk.queues = Some(2);
+    s.pinning = pin.then(|| Pinning {
+        vcpus: vec![1, 2],
+        emulator: 0,
+    });
+    s
+}
+
+#[test]
+fn iothread_queues_and_pinning_render_where_libvirt_reads_them() {
+    let xml = render(&tuned(Bus::VirtioBlk, true)).unwrap();
+    let a = parse(&xml);
+    assert_eq!(text(&xml, "iothreads").as_deref(), Some("1"), "{xml}");
+    assert_eq!(attr(&a, "driver", "iothread"), vec!["1"]);
+    assert_eq!(attr(&a, "driver", "queues"), vec!["2"]);
+    assert_eq!(attr(&a, "vcpupin", "vcpu"), vec!["0", "1"]);
+    assert_eq!(attr(&a, "vcpupin", "cpuset"), vec!["1", "2"]);
+    assert_eq!(attr(&a, "emulatorpin", "cpuset"), vec!["0"]);
+    assert_eq!(attr(&a, "iothreadpin", "iothread"), vec!["1"]);
+    assert_eq!(attr(&a, "iothreadpin", "cpuset"), vec!["0"]);
+
+    // virtio-scsi: the controller carries them; the disk's driver does not.
+    let xml = render(&tuned(Bus::VirtioScsi, false)).unwrap();
+    let a = parse(&xml);
+    assert_eq!(attr(&a, "driver", "iothread"), vec!["1"], "{xml}");
+    let ctl = xml.find("<controller").unwrap();
+    assert!(
+        xml[ctl..].contains("<driver queues=\"2\" iothread=\"1\"/>"),
+        "{xml}"
+    );
+    assert!(!xml.contains("cputune"));
+
+    // Defaults leave the domain as it was before the tuning dimensions.
+    let plain = render(&base()).unwrap();
+    for absent in ["iothread", "queues", "cputune"] {
+        assert!(!plain.contains(absent), "{absent} in {plain}");
+    }
+
+    let mut s = tuned(Bus::VirtioBlk, false);
+    s.disk.queues = Some(0);
+    assert!(matches!(render(&s), Err(DomainXmlError::Zero("queues"))));
+    let mut s = tuned(Bus::VirtioBlk, false);
+    s.hypervisor = Hypervisor::Xen;
+    s.xen_mode = Some(XenMode::Pvh);
+    s.disk.source = file("/var/lib/vmbench/x.raw");
+    s.disk.format = Format::Raw;
+    let e = render(&s).unwrap_err().to_string();
+    assert!(e.contains("use them with qemu or kvm"), "{e}");
+    let mut s = base();
+    s.hypervisor = Hypervisor::Xen;
+    s.xen_mode = Some(XenMode::Pvh);
+    s.disk.source = file("/var/lib/vmbench/x.raw");
+    s.disk.format = Format::Raw;
+    s.pinning = tuned(Bus::VirtioBlk, true).pinning;
+    let e = render(&s).unwrap_err().to_string();
+    assert!(e.contains("use them with qemu or kvm"), "{e}");
+}
+
+#[test]
+#[ignore = "host: virt-xml-validate"]
+fn iothread_queues_and_pinning_validate_against_libvirts_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, spec) in [
+        ("blk.xml", tuned(Bus::VirtioBlk, true)),
+        ("scsi.xml", tuned(Bus::VirtioScsi, true)),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, render(&spec).unwrap()).unwrap();
+        validate(&path).unwrap();
+    }
 }
 
 #[test]

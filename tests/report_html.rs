@@ -37,6 +37,8 @@ fn run_record() -> RunRecord {
             io: IoMode::Native,
             layout: Layout::Raw,
             workload: WorkloadId::Preset("pg-randrw".into()),
+            fio: Default::default(),
+            tuning: Default::default(),
         };
         let passed = outcome == Outcome::Passed;
         CellResult {

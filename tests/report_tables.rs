@@ -28,6 +28,8 @@ fn cell(backend: Backend, format: Format, workload: WorkloadId) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload,
+        fio: Default::default(),
+        tuning: Default::default(),
     }
 }
 

@@ -73,7 +73,10 @@ fn host_state(scratch: &Path) -> HostState {
         .map(String::from)
         .collect();
     HostState {
-        domains: lines("virsh", &["-c", "qemu:///system", "list", "--all", "--name"]),
+        domains: lines(
+            "virsh",
+            &["-c", "qemu:///system", "list", "--all", "--name"],
+        ),
         loops: lines("losetup", &["-a"]),
         servers,
         secrets: lines("virsh", &["-c", "qemu:///system", "secret-list"]),
@@ -103,7 +106,11 @@ fn results(runs: &Path) -> usize {
         return 0;
     };
     rd.flatten()
-        .flat_map(|run| std::fs::read_dir(run.path().join("cells")).into_iter().flatten())
+        .flat_map(|run| {
+            std::fs::read_dir(run.path().join("cells"))
+                .into_iter()
+                .flatten()
+        })
         .flatten()
         .filter(|c| c.path().join("result.json").exists())
         .count()
@@ -174,8 +181,15 @@ fn sixty_cells_leak_nothing() {
         rss1 as f64 / 1024.0,
     );
     let bound = (rss0 as f64 * RSS_FACTOR) as u64 + RSS_SLACK_KIB;
-    assert!(rss1 <= bound, "RSS grew: {rss0} KiB -> {rss1} KiB (bound {bound})");
+    assert!(
+        rss1 <= bound,
+        "RSS grew: {rss0} KiB -> {rss1} KiB (bound {bound})"
+    );
     assert!(fd1 <= fd0 + FD_SLACK, "fds grew: {fd0} -> {fd1}");
     s.assert_no_leftovers();
-    assert_eq!(host_state(s.dir.path()), before, "the host is not as it was");
+    assert_eq!(
+        host_state(s.dir.path()),
+        before,
+        "the host is not as it was"
+    );
 }

@@ -20,7 +20,7 @@
 use super::rules::{self, SkipReason};
 use super::xen::{Datapath, Skip};
 use super::{DiskSpec, DomainSpec, METADATA_NS};
-use crate::cell::{Bus, CacheMode, Format, Hypervisor, XenMode};
+use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoThread, XenMode};
 use crate::storage::{DiskSource, NetProtocol};
 use quick_xml::se::{QuoteLevel, SeError, Serializer};
 use serde::Serialize;
@@ -170,6 +170,9 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         }
         (_, None) => None,
     };
+    if xen_mode.is_some() && spec.pinning.is_some() {
+        return Err(DomainXmlError::Rule(SkipReason::XenQemuTuning));
+    }
     let console_log = abs_path("console_log", &spec.console_log)?;
     let channel_socket = abs_path("channel_socket", &spec.channel_socket)?;
     let devices = match xen_mode {
@@ -196,6 +199,11 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         },
         memory_backing: shared_memory_backing(&spec.disk.source),
         vcpu: spec.vcpus,
+        iothreads: iothreads(&spec.disk),
+        cputune: spec
+            .pinning
+            .as_ref()
+            .map(|p| cputune(p, iothreads(&spec.disk))),
         os: Os {
             os_type: os_type(xen_mode),
             kernel: abs_path("kernel", &spec.kernel)?,
@@ -209,6 +217,37 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         on_crash: "destroy",
         devices,
     })
+}
+
+/// The I/O thread id the disk under test uses (libvirt numbers them from 1).
+const DISK_IOTHREAD: u32 = 1;
+
+/// `<iothreads>`: one when the disk asks for a dedicated I/O thread.
+fn iothreads(disk: &DiskSpec) -> Option<u32> {
+    (disk.iothread == IoThread::On).then_some(DISK_IOTHREAD)
+}
+
+/// `<cputune>`: each vCPU on its own host CPU, the emulator and the I/O thread (if any) on the
+/// remaining one (see [`super::pinning`]).
+fn cputune(p: &super::pinning::Pinning, iothreads: Option<u32>) -> Cputune {
+    Cputune {
+        vcpupin: p
+            .vcpus
+            .iter()
+            .enumerate()
+            .map(|(i, cpu)| VcpuPin {
+                vcpu: i as u32,
+                cpuset: cpu.to_string(),
+            })
+            .collect(),
+        emulatorpin: CpuSet {
+            cpuset: p.emulator.to_string(),
+        },
+        iothreadpin: iothreads.map(|id| IoThreadPin {
+            iothread: id,
+            cpuset: p.emulator.to_string(),
+        }),
+    }
 }
 
 /// `<os><type>`: HVM for KVM/QEMU and Xen HVM, `xenpvh` for Xen PVH.
@@ -261,6 +300,12 @@ fn qemu_devices<'a>(
         Bus::VirtioBlk => "virtio",
         Bus::VirtioScsi => "scsi",
     };
+    if disk.queues == Some(0) {
+        return Err(DomainXmlError::Zero("queues"));
+    }
+    // virtio-blk takes the I/O thread and queues on the disk; virtio-scsi on its controller.
+    let iothread = iothreads(disk);
+    let on_disk = disk.bus == Bus::VirtioBlk;
     Ok(Devices {
         disk: Some(Disk {
             kind,
@@ -270,6 +315,8 @@ fn qemu_devices<'a>(
                 format: format_name(disk.format),
                 cache: Some(disk.cache.as_str()),
                 io: Some(disk.io.libvirt_name()),
+                queues: disk.queues.filter(|_| on_disk),
+                iothread: iothread.filter(|_| on_disk),
             },
             source,
             target: Target { dev, bus },
@@ -277,10 +324,14 @@ fn qemu_devices<'a>(
             serial: Some(&disk.serial),
         }),
         filesystem: None,
-        controller: (disk.bus == Bus::VirtioScsi).then_some(Controller {
+        controller: (!on_disk).then_some(Controller {
             kind: "scsi",
             index: 0,
             model: "virtio-scsi",
+            driver: (disk.queues.is_some() || iothread.is_some()).then_some(ControllerDriver {
+                queues: disk.queues,
+                iothread,
+            }),
         }),
         serial: Some(file_serial(console_log)),
         console: None,
@@ -324,6 +375,8 @@ fn xen_devices<'a>(
                 format: format_name(disk.format),
                 cache: None,
                 io: None,
+                queues: None,
+                iothread: None,
             },
             source,
             target: Target {
@@ -544,6 +597,10 @@ struct Domain<'a> {
     #[serde(rename = "memoryBacking", skip_serializing_if = "Option::is_none")]
     memory_backing: Option<MemoryBacking>,
     vcpu: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    iothreads: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cputune: Option<Cputune>,
     os: Os<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     features: Option<Features>,
@@ -717,6 +774,48 @@ struct Driver {
     cache: Option<&'static str>,
     #[serde(rename = "@io", skip_serializing_if = "Option::is_none")]
     io: Option<&'static str>,
+    #[serde(rename = "@queues", skip_serializing_if = "Option::is_none")]
+    queues: Option<u32>,
+    #[serde(rename = "@iothread", skip_serializing_if = "Option::is_none")]
+    iothread: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct Cputune {
+    vcpupin: Vec<VcpuPin>,
+    emulatorpin: CpuSet,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    iothreadpin: Option<IoThreadPin>,
+}
+
+#[derive(Serialize)]
+struct VcpuPin {
+    #[serde(rename = "@vcpu")]
+    vcpu: u32,
+    #[serde(rename = "@cpuset")]
+    cpuset: String,
+}
+
+#[derive(Serialize)]
+struct CpuSet {
+    #[serde(rename = "@cpuset")]
+    cpuset: String,
+}
+
+#[derive(Serialize)]
+struct IoThreadPin {
+    #[serde(rename = "@iothread")]
+    iothread: u32,
+    #[serde(rename = "@cpuset")]
+    cpuset: String,
+}
+
+#[derive(Serialize)]
+struct ControllerDriver {
+    #[serde(rename = "@queues", skip_serializing_if = "Option::is_none")]
+    queues: Option<u32>,
+    #[serde(rename = "@iothread", skip_serializing_if = "Option::is_none")]
+    iothread: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -767,6 +866,8 @@ struct Controller {
     index: u32,
     #[serde(rename = "@model")]
     model: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    driver: Option<ControllerDriver>,
 }
 
 #[derive(Serialize)]

@@ -3,13 +3,14 @@
 
 pub mod domain_xml;
 pub mod libvirt;
+pub mod pinning;
 pub mod rules;
 pub mod watch;
 pub mod xen;
 
 pub use rules::{check, SkipReason};
 
-use crate::cell::{Bus, CacheMode, Cell, Format, Hypervisor, IoMode, XenMode};
+use crate::cell::{Bus, CacheMode, Cell, Format, Hypervisor, IoMode, IoThread, XenMode};
 use crate::storage::DiskSource;
 use std::path::PathBuf;
 
@@ -48,6 +49,9 @@ pub struct DomainSpec {
     pub run_id: String,
     /// Cell id, recorded in the metadata marker.
     pub cell_id: String,
+    /// Host CPUs for the vCPUs, emulator and I/O thread (`<cputune>`), or `None` unpinned.
+    /// Chosen from the host's topology by the caller ([`pinning::host_plan`]).
+    pub pinning: Option<pinning::Pinning>,
 }
 
 /// The disk under test as the domain sees it.
@@ -67,6 +71,12 @@ pub struct DiskSpec {
     pub serial: String,
     /// Host-side I/O caps (`<iotune>`), or `None` for an uncapped disk.
     pub iotune: Option<IoTune>,
+    /// A dedicated QEMU I/O thread (`<iothreads>` and the disk's, or virtio-scsi controller's,
+    /// `iothread=`).
+    pub iothread: IoThread,
+    /// virtio queues (`queues=` on the disk's driver, or the virtio-scsi controller's), or
+    /// `None` for QEMU's default.
+    pub queues: Option<u32>,
 }
 
 /// libvirt's `<iotune>` totals on the disk under test: a deliberate cap, to emulate a cloud
@@ -112,6 +122,8 @@ impl DiskSpec {
             io: cell.io,
             serial: vmbench_proto::TEST_DISK_SERIAL.into(),
             iotune: None,
+            iothread: cell.tuning.iothread,
+            queues: cell.tuning.queues,
         }
     }
 }
@@ -142,6 +154,7 @@ impl DomainSpec {
             disk: DiskSpec::for_cell(cell, source),
             run_id: run_id.to_string(),
             cell_id: cell.id(),
+            pinning: None,
         }
     }
 }

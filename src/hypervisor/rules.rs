@@ -8,7 +8,7 @@
 
 use super::xen::{self, Datapath, Skip};
 use super::DiskSpec;
-use crate::cell::{Bus, CacheMode, Cell, Hypervisor, IoMode};
+use crate::cell::{Bus, CacheMode, Cell, Hypervisor, IoMode, IoThread, Pin};
 use crate::storage::DiskSource;
 
 /// Why a cell is skipped, or a domain cannot be defined.
@@ -32,6 +32,12 @@ pub enum SkipReason {
     /// A dimension that does not apply to a shared host directory (hostdir, virtio-fs).
     #[error("hostdir: {0}")]
     SharedDir(&'static str),
+    /// I/O threads, virtio queues and `<cputune>` pinning of the emulator are QEMU's.
+    #[error(
+        "xen: iothread, queues and pin are QEMU tuning (libvirt's libxl driver has no I/O \
+         threads, virtio queues or emulator pinning); use them with qemu or kvm"
+    )]
+    XenQemuTuning,
 }
 
 /// A shared host directory has no disk: no raw device, no image format, bus or QEMU block
@@ -56,6 +62,9 @@ fn shared_dir_rule(cell: &Cell) -> Result<(), SkipReason> {
             "QEMU's disk cache and io modes do not apply to virtio-fs (virtiofsd's own cache=auto \
              is recorded)"
         }
+        _ if cell.tuning.iothread != crate::cell::IoThread::Off || cell.tuning.queues.is_some() => {
+            "I/O threads and virtio queues are disk options; virtio-fs has neither"
+        }
         _ => return Ok(()),
     };
     Err(SkipReason::SharedDir(why))
@@ -77,6 +86,9 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
         aio_rule(disk.cache, disk.io)?;
         return Ok(None);
     }
+    if disk.iothread == IoThread::On || disk.queues.is_some() {
+        return Err(SkipReason::XenQemuTuning);
+    }
     xen::datapath(&disk.source, disk.format)
         .map(Some)
         .map_err(SkipReason::XenDatapath)
@@ -97,6 +109,9 @@ pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
         if cell.cache != CacheMode::None || cell.io != IoMode::Native {
             return Err(SkipReason::XenTuning);
         }
+        if cell.tuning.pin == Pin::On {
+            return Err(SkipReason::XenQemuTuning);
+        }
     }
     check_disk(cell.hypervisor, &DiskSpec::for_cell(cell, source.clone())).map(drop)
 }
@@ -113,7 +128,7 @@ pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{Backend, Format, XenMode};
+    use crate::cell::{Backend, DiskTuning, Format, XenMode};
     use crate::hypervisor::domain_xml::{self, DomainXmlError};
     use crate::hypervisor::{DomainSpec, GuestFiles, Sizing};
     use crate::storage::NetProtocol;
@@ -145,6 +160,22 @@ mod tests {
         ]
     }
 
+    /// Default tuning, an I/O thread, queues, both: cycled over the sources.
+    fn tunings() -> impl Iterator<Item = DiskTuning> + Clone {
+        let t = |iothread, queues| DiskTuning {
+            iothread,
+            queues,
+            pin: crate::cell::Pin::Off,
+        };
+        [
+            t(IoThread::Off, None),
+            t(IoThread::On, None),
+            t(IoThread::Off, Some(2)),
+            t(IoThread::On, Some(4)),
+        ]
+        .into_iter()
+    }
+
     fn spec(cell: &Cell, source: DiskSource) -> DomainSpec {
         let files = GuestFiles {
             kernel: "/i/vmlinuz".into(),
@@ -169,13 +200,14 @@ mod tests {
                 for io in IoMode::ALL {
                     for bus in Bus::ALL {
                         for format in Format::ALL {
-                            for source in sources() {
+                            for (source, tuning) in sources().into_iter().zip(tunings().cycle()) {
                                 let cell = Cell {
                                     hypervisor: *hv,
                                     xen_mode: (*hv == Hypervisor::Xen).then_some(XenMode::Pvh),
                                     bus: *bus,
                                     cache: *cache,
                                     io: *io,
+                                    tuning,
                                     ..crate::storage::testutil::cell(Backend::Local, *format)
                                 };
                                 let rendered = domain_xml::render(&spec(&cell, source.clone()));
@@ -289,6 +321,45 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("virtio-fs"));
+    }
+
+    #[test]
+    fn qemu_tuning_is_skipped_on_xen_with_the_reason() {
+        let file = &sources()[0];
+        let xen = Cell {
+            hypervisor: Hypervisor::Xen,
+            xen_mode: Some(XenMode::Pvh),
+            ..crate::storage::testutil::cell(Backend::Local, Format::Raw)
+        };
+        assert_eq!(check(&xen, file), Ok(()));
+        for tuning in [
+            DiskTuning {
+                iothread: IoThread::On,
+                ..Default::default()
+            },
+            DiskTuning {
+                queues: Some(2),
+                ..Default::default()
+            },
+            DiskTuning {
+                pin: Pin::On,
+                ..Default::default()
+            },
+        ] {
+            let c = Cell {
+                tuning,
+                ..xen.clone()
+            };
+            let e = check(&c, file).unwrap_err();
+            assert_eq!(e, SkipReason::XenQemuTuning);
+            assert!(e.to_string().contains("use them with qemu or kvm"), "{e}");
+            let qemu = Cell {
+                hypervisor: Hypervisor::Qemu,
+                xen_mode: None,
+                ..c
+            };
+            assert_eq!(check(&qemu, file), Ok(()));
+        }
     }
 
     #[test]

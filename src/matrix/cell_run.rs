@@ -144,6 +144,8 @@ impl CellCtx<'_, '_> {
         parsed
             .metrics
             .extend(window.finish(parsed.measured_secs, self.cell.hypervisor));
+        let split = metrics::split::latency_split(&parsed.metrics);
+        parsed.metrics.extend(split);
         self.baseline(&plan, &disk, &mut parsed.metrics);
         Ok(parsed)
     }
@@ -182,10 +184,16 @@ impl CellCtx<'_, '_> {
     }
 
     /// The domain's definition, written with the job files into the cell directory.
-    fn define(&self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
+    fn define(&mut self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
         let sock_dir = crate::guest::dirs::make_channel_dir(&self.work)
             .map_err(CellError::host_io("creating the agent socket directory"))?;
-        let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        let mut spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        if self.cell.tuning.pin == crate::cell::Pin::On {
+            let pinning = crate::hypervisor::pinning::host_plan(spec.vcpus)
+                .map_err(|e| CellError::Config(e.to_string()))?;
+            spec.pinning = Some(pinning);
+        }
+        self.params.extend(sweep_params(self.cell, &spec));
         let xml = domain_xml::render(&spec).map_err(CellError::DomainXml)?;
         self.write("domain.xml", &xml)?;
         for (name, text) in &plan.steps.job_files {
@@ -508,6 +516,7 @@ impl WorkPlan {
             bonnie_files: cfg.bonnie_files,
             disk_mib: cfg.disk_mib,
             target,
+            overrides: &cell.fio,
             time_series: cfg.time_series,
             live_status: cfg.live_status,
         };
@@ -600,6 +609,30 @@ fn domain_spec(
     spec
 }
 
+/// What the sweep dimensions put into this cell, as params (kept with the result and shown
+/// with its provenance): the fio values over the preset's, and the QEMU tuning with the host
+/// CPUs chosen for pinning (they depend on the host, not only on the cell).
+fn sweep_params(cell: &Cell, spec: &DomainSpec) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = cell
+        .fio
+        .pairs()
+        .into_iter()
+        .map(|(k, val)| (format!("fio_{k}"), val))
+        .collect();
+    if !cell.tuning.is_default() {
+        v.push(("qemu_iothread".into(), cell.tuning.iothread.to_string()));
+        let queues = cell
+            .tuning
+            .queues
+            .map_or("default".into(), |q| q.to_string());
+        v.push(("qemu_queues".into(), queues));
+    }
+    if let Some(p) = &spec.pinning {
+        v.push(("qemu_pinning".into(), p.describe()));
+    }
+    v
+}
+
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
@@ -669,6 +702,13 @@ async fn sample_window(
             Some(_) => continue,
             None => return w,
         }
+    }
+    // QEMU's latency histograms restart empty here, so the end's bins are the window's.
+    let qdev = (hv != Hypervisor::Xen)
+        .then(|| block(&dom).and_then(|b| b.qdev))
+        .flatten();
+    if let Some(q) = qdev {
+        let _ = dom.qmp(&qmp::histogram_set_command(&q));
     }
     w.start = Some(metrics::snapshot(&src, block(&dom), dom.cpu_time_ns()));
     let mut tick = tokio::time::interval(Duration::from_millis(500));

@@ -97,6 +97,23 @@ pub struct MatrixConfig {
     pub include: Vec<BTreeMap<String, String>>,
     /// Backend parameters.
     pub storage: StorageConfig,
+    /// fio block sizes swept over the preset's `bs` (`["4k", "64k"]`). Default none (the
+    /// preset's). fio presets only: job files and bonnie++ are refused.
+    pub bs: Vec<crate::cell::BlockSize>,
+    /// fio queue depths swept over the preset's `iodepth`. Default none.
+    pub iodepth: Vec<u32>,
+    /// fio job counts swept over the preset's `numjobs`. Default none.
+    pub numjobs: Vec<u32>,
+    /// fio read shares (%) swept over the preset's `rwmixread`. Default none.
+    pub rwmix: Vec<u8>,
+    /// A dedicated QEMU I/O thread for the disk under test: `off`, `on`. Default `["off"]`.
+    pub iothread: Vec<crate::cell::IoThread>,
+    /// virtio queues of the disk under test (virtio-scsi: its controller's). Default none
+    /// (QEMU's: one per vCPU).
+    pub queues: Vec<u32>,
+    /// Pin vCPUs, emulator and I/O thread to host CPUs: `off`, `on`. `on` needs vcpus + 1
+    /// online host CPUs. Default `["off"]`.
+    pub pin: Vec<crate::cell::Pin>,
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
     pub test_hooks: super::test_hooks::TestHooks,
@@ -137,6 +154,13 @@ impl Default for MatrixConfig {
             exclude: vec![],
             include: vec![],
             storage: StorageConfig::default(),
+            bs: vec![],
+            iodepth: vec![],
+            numjobs: vec![],
+            rwmix: vec![],
+            iothread: vec![crate::cell::IoThread::Off],
+            queues: vec![],
+            pin: vec![crate::cell::Pin::Off],
             test_hooks: Default::default(),
         }
     }
@@ -234,6 +258,8 @@ impl MatrixConfig {
             ("layout", self.layout.is_empty()),
             ("workload", self.workload.is_empty()),
             ("xen_mode", self.xen_mode.is_empty()),
+            ("iothread", self.iothread.is_empty()),
+            ("pin", self.pin.is_empty()),
         ];
         if let Some((name, _)) = empty.iter().find(|(_, e)| *e) {
             return Err(ConfigError::Invalid(format!(
@@ -255,6 +281,8 @@ impl MatrixConfig {
         }
         self.check_limits()?;
         self.check_auto_repeat()?;
+        self.check_sweeps()?;
+        self.check_pin(crate::hypervisor::pinning::online_cpus())?;
         if self.memory_mib < 128 {
             return Err(ConfigError::Invalid(
                 "'memory_mib' must be at least 128".into(),
@@ -300,6 +328,91 @@ impl MatrixConfig {
 }
 
 impl MatrixConfig {
+    /// Every combination of the QEMU disk tuning dimensions, in config order.
+    pub fn tunings(&self) -> Vec<crate::cell::DiskTuning> {
+        let queues: Vec<Option<u32>> = if self.queues.is_empty() {
+            vec![None]
+        } else {
+            self.queues.iter().copied().map(Some).collect()
+        };
+        let mut out = vec![];
+        for &iothread in &self.iothread {
+            for &q in &queues {
+                for &pin in &self.pin {
+                    out.push(crate::cell::DiskTuning {
+                        iothread,
+                        queues: q,
+                        pin,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The fio sweeps override a preset's values: a job file's author owns them, and bonnie++
+    /// has none. Values in range (the CLI checks them too; the TOML file is checked here).
+    fn check_sweeps(&self) -> Result<(), ConfigError> {
+        let set: Vec<&str> = [
+            ("--bs", !self.bs.is_empty()),
+            ("--iodepth", !self.iodepth.is_empty()),
+            ("--numjobs", !self.numjobs.is_empty()),
+            ("--rwmix", !self.rwmix.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(f, on)| on.then_some(f))
+        .collect();
+        if !set.is_empty() {
+            if let Some(w) = self
+                .workload
+                .iter()
+                .find(|w| !crate::workload::is_fio_preset(w))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{} override a fio preset's parameters, but workload '{w}' is {}: sweep \
+                     presets only (pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, \
+                     rand-write-4k), or put the values in your job file",
+                    set.join("/"),
+                    match w {
+                        WorkloadId::FioFile(_) => "a fio job file, whose author owns those values",
+                        WorkloadId::Preset(_) => "not a fio job (bonnie++ has no such parameters)",
+                    }
+                )));
+            }
+        }
+        let ranges = [
+            ("iodepth (--iodepth)", &self.iodepth, 1, 65536),
+            ("numjobs (--numjobs)", &self.numjobs, 1, 1024),
+            ("queues (--queues)", &self.queues, 1, 256),
+        ];
+        for (name, vals, lo, hi) in ranges {
+            if let Some(v) = vals.iter().find(|v| !(lo..=hi).contains(*v)) {
+                return Err(ConfigError::Invalid(format!(
+                    "'{name}' must be from {lo} to {hi}, got {v}"
+                )));
+            }
+        }
+        if let Some(v) = self.rwmix.iter().find(|v| **v > 100) {
+            return Err(ConfigError::Invalid(format!(
+                "'rwmix (--rwmix)' is a read percentage from 0 to 100, got {v}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `--pin on` gives every vCPU its own host CPU and the emulator and I/O thread one more:
+    /// it needs vcpus + 1 online CPUs, or the pinned guest would fight itself for a CPU.
+    pub fn check_pin(&self, online: usize) -> Result<(), ConfigError> {
+        let need = self.vcpus as usize + 1;
+        if self.pin.contains(&crate::cell::Pin::On) && online < need {
+            return Err(ConfigError::Invalid(format!(
+                "--pin on needs vcpus + 1 = {need} online host CPUs (one per vCPU, one for the \
+                 emulator and I/O thread); this host has {online}: lower --vcpus or drop --pin on"
+            )));
+        }
+        Ok(())
+    }
+
     /// `auto` needs room above its minimum and a CV threshold that can be met.
     fn check_auto_repeat(&self) -> Result<(), ConfigError> {
         use super::repeat::MIN_AUTO_REPEATS;
@@ -536,5 +649,38 @@ mod tests {
         let mut c = parse("iops_limit = 150\n").unwrap();
         c.hypervisor.push(Hypervisor::Xen);
         assert!(c.validate().unwrap_err().to_string().contains("<iotune>"));
+    }
+
+    #[test]
+    fn sweep_keys_parse_from_the_file_and_are_checked() {
+        let c = parse(
+            "backend = [\"local\"]\nbs = [\"4k\", \"64k\"]\niodepth = [1, 32]\n\
+             iothread = [\"off\", \"on\"]\nqueues = [2]\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.bs.len(), 2);
+        assert_eq!(c.tunings().len(), 2);
+        assert_eq!(crate::matrix::expand(&c).cells.len(), 2 * 2 * 2 * 2);
+        let e = parse("bs = [\"4q\"]\n").unwrap_err();
+        assert!(e.contains("unknown block size (bs) '4q'"), "{e}");
+        let e = parse("iodepth = [0]\n").unwrap().validate().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("'iodepth (--iodepth)' must be from 1"),
+            "{e}"
+        );
+        let e = parse("rwmix = [120]\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("0 to 100"), "{e}");
+        let e = parse("workload = [\"file:/x.fio\"]\nnumjobs = [2]\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("whose author owns those values"),
+            "{e}"
+        );
+        let e = parse("iothread = []\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("'iothread' is empty"), "{e}");
     }
 }

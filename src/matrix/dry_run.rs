@@ -29,7 +29,18 @@ pub fn render(cfg: &MatrixConfig) -> String {
     }
     for (i, cell) in plan.cells.iter().enumerate() {
         let _ = writeln!(s, "\n== cell {}: {} ({})", i + 1, cell.label(), cell.id());
-        match domain_xml::render(&spec(cfg, cell, i)) {
+        if !cell.fio.is_empty() {
+            let set: Vec<String> = cell
+                .fio
+                .pairs()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(s, "fio over the preset: {}", set.join(" "));
+        }
+        let rendered =
+            spec(cfg, cell, i).and_then(|sp| domain_xml::render(&sp).map_err(|e| e.to_string()));
+        match rendered {
             Ok(xml) => s.push_str(&xml),
             Err(e) => {
                 let _ = writeln!(s, "(no domain XML: {e})");
@@ -54,7 +65,7 @@ fn repeat_label(cfg: &MatrixConfig) -> String {
     }
 }
 
-fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
+fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> Result<DomainSpec, String> {
     let run = PathBuf::from("/RUN_DIR");
     let source = storage::plan_source(&cfg.storage, cell, &run.join("work"), &run.join("servers"));
     let files = GuestFiles {
@@ -70,7 +81,12 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> DomainSpec {
     let name = format!("{NAME_PREFIX}RUN-{i:03}");
     let mut spec = DomainSpec::for_cell(name, "RUN", cell, source, size, files);
     spec.disk.iotune = cfg.iotune();
-    spec
+    if cell.tuning.pin == crate::cell::Pin::On {
+        // The CPUs this host would give the cell.
+        let p = crate::hypervisor::pinning::host_plan(cfg.vcpus).map_err(|e| e.to_string())?;
+        spec.pinning = Some(p);
+    }
+    Ok(spec)
 }
 
 #[cfg(test)]
@@ -111,6 +127,34 @@ mod tests {
         assert_eq!(
             out.matches("<total_iops_sec>150</total_iops_sec>").count(),
             6,
+            "{out}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+    use crate::cell::{Backend, Format, IoThread};
+
+    #[test]
+    fn sweeps_show_in_the_dry_run() {
+        let cfg = MatrixConfig {
+            backend: vec![Backend::Local],
+            format: vec![Format::Raw],
+            bs: vec!["4k".parse().unwrap(), "64k".parse().unwrap()],
+            iothread: vec![IoThread::On],
+            queues: vec![2],
+            ..MatrixConfig::default()
+        };
+        let out = render(&cfg);
+        assert!(out.starts_with("2 cell(s)"), "{out}");
+        assert!(out.contains("-pg-randrw-bs4k-iothread-q2)"), "{out}");
+        assert!(out.contains("fio over the preset: bs=64k"), "{out}");
+        assert_eq!(out.matches("<iothreads>1</iothreads>").count(), 2, "{out}");
+        assert_eq!(
+            out.matches("queues=\"2\" iothread=\"1\"").count(),
+            2,
             "{out}"
         );
     }

@@ -80,11 +80,48 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             io,
                                             layout: layout_for(workload, layout),
                                             workload: workload.clone(),
+                                            fio: Default::default(),
+                                            tuning: Default::default(),
                                         });
                                     }
                                 }
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+    out.into_iter().flat_map(|c| sweep(c, cfg)).collect()
+}
+
+/// One cell per combination of the sweep dimensions (fio overrides, QEMU disk tuning); an
+/// unset sweep dimension contributes one value, the preset's or QEMU's own.
+fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
+    fn or_none<T: Clone>(v: &[T]) -> Vec<Option<T>> {
+        if v.is_empty() {
+            vec![None]
+        } else {
+            v.iter().cloned().map(Some).collect()
+        }
+    }
+    let mut out = Vec::new();
+    for bs in or_none(&cfg.bs) {
+        for iodepth in or_none(&cfg.iodepth) {
+            for numjobs in or_none(&cfg.numjobs) {
+                for rwmix in or_none(&cfg.rwmix) {
+                    let fio = crate::cell::FioOverrides {
+                        bs: bs.clone(),
+                        iodepth,
+                        numjobs,
+                        rwmix,
+                    };
+                    for tuning in cfg.tunings() {
+                        out.push(Cell {
+                            fio: fio.clone(),
+                            tuning,
+                            ..base.clone()
+                        });
                     }
                 }
             }
@@ -129,10 +166,14 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "workload" => v
                 .parse::<WorkloadId>()
                 .and_then(|w| crate::workload::check(&w)),
+            "iothread" => v.parse::<crate::cell::IoThread>().map(drop),
+            "pin" => v.parse::<crate::cell::Pin>().map(drop),
+            "bs" | "iodepth" | "numjobs" | "rwmix" | "queues" => Ok(()),
             other => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
-                     xen_mode, backend, format, bus, cache, io, layout, workload)"
+                     xen_mode, backend, format, bus, cache, io, layout, workload, bs, iodepth, numjobs, \
+                     rwmix, iothread, queues, pin)"
                 )))
             }
         };
@@ -158,7 +199,10 @@ pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
             "io" => c.io.to_string(),
             "layout" => c.layout.to_string(),
             "workload" => c.workload.to_string(),
-            _ => return false,
+            other => match c.dimensions().into_iter().find(|(k, _)| *k == other) {
+                Some((_, v)) => v,
+                None => return false,
+            },
         };
         actual == v.trim()
     })

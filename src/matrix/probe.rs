@@ -71,6 +71,8 @@ pub async fn boot_probe(
         io: IoMode::Threads,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("probe".into()),
+        fio: Default::default(),
+        tuning: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),

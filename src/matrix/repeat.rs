@@ -200,6 +200,8 @@ mod tests {
             io: IoMode::Native,
             layout: Layout::Raw,
             workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
+            fio: Default::default(),
+            tuning: Default::default(),
         };
         CellResult {
             cell_id: cell.id(),

@@ -5,6 +5,7 @@
 
 pub mod proc;
 pub mod qmp;
+pub mod split;
 
 use crate::results::{Better, Metric, Value};
 use std::time::Instant;

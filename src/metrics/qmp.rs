@@ -7,8 +7,103 @@ use qapi::qmp::BlockStats;
 /// The command text.
 pub const QUERY_BLOCKSTATS: &str = r#"{"execute":"query-blockstats"}"#;
 
+/// Bucket edges (ns) of the host's latency histogram: a 1-2-5 grid from 10 µs to 5 s, fine
+/// enough that the host's percentiles can be read at the points fio reports the guest's (p50,
+/// p99) by interpolating inside one bucket.
+pub const HISTOGRAM_EDGES_NS: [u64; 19] = [
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// The QMP command that (re)starts the latency histograms of guest device `qdev` with
+/// [`HISTOGRAM_EDGES_NS`]; QEMU empties the bins when it is set, so the histogram read at the
+/// end of the window holds exactly the window's I/Os.
+pub fn histogram_set_command(qdev: &str) -> String {
+    let args = qapi::qmp::block_latency_histogram_set {
+        id: qdev.to_string(),
+        boundaries: Some(HISTOGRAM_EDGES_NS.to_vec()),
+        boundaries_read: None,
+        boundaries_write: None,
+        boundaries_flush: None,
+        boundaries_zap: None,
+    };
+    serde_json::json!({ "execute": "block-latency-histogram-set", "arguments": args }).to_string()
+}
+
+/// A QEMU latency histogram: `bins[i]` counts I/Os in `[edges[i-1], edges[i])` (ns), the first
+/// below `edges[0]`, the last at or above the last edge.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Histogram {
+    /// Bucket edges, ns.
+    pub edges: Vec<u64>,
+    /// Counts, one more than the edges.
+    pub bins: Vec<u64>,
+}
+
+impl Histogram {
+    /// The counts since `earlier` (same edges), or these counts when the edges differ (the
+    /// histogram was set in between, which empties it).
+    pub fn since(&self, earlier: Option<&Histogram>) -> Histogram {
+        let bins = match earlier {
+            Some(e) if e.edges == self.edges && e.bins.len() == self.bins.len() => self
+                .bins
+                .iter()
+                .zip(&e.bins)
+                .map(|(a, b)| a.saturating_sub(*b))
+                .collect(),
+            _ => self.bins.clone(),
+        };
+        Histogram {
+            edges: self.edges.clone(),
+            bins,
+        }
+    }
+
+    /// The `pct` percentile in µs, interpolated linearly inside its bucket; `None` without
+    /// I/Os, or when it falls in the open last bucket (no upper edge to interpolate to).
+    pub fn percentile_us(&self, pct: f64) -> Option<f64> {
+        let total: u64 = self.bins.iter().sum();
+        if total == 0 || self.bins.len() != self.edges.len() + 1 {
+            return None;
+        }
+        let rank = pct / 100.0 * total as f64;
+        let mut below = 0.0;
+        for (i, &n) in self.bins.iter().enumerate() {
+            let n = n as f64;
+            if n > 0.0 && below + n >= rank {
+                let hi = *self.edges.get(i)? as f64;
+                let lo = if i == 0 {
+                    0.0
+                } else {
+                    self.edges[i - 1] as f64
+                };
+                return Some((lo + (hi - lo) * ((rank - below) / n).clamp(0.0, 1.0)) / 1000.0);
+            }
+            below += n;
+        }
+        None
+    }
+}
+
 /// Cumulative counters of one disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DiskCounters {
     /// Read operations.
     pub rd_ops: u64,
@@ -24,6 +119,12 @@ pub struct DiskCounters {
     pub wr_time_ns: u64,
     /// Whether the time counters are real (QMP) or absent (libvirt's block stats).
     pub timed: bool,
+    /// The guest device's QOM path (`qdev`), which `block-latency-histogram-set` takes.
+    pub qdev: Option<String>,
+    /// Read latency histogram, once set.
+    pub rd_hist: Option<Histogram>,
+    /// Write latency histogram, once set.
+    pub wr_hist: Option<Histogram>,
 }
 
 /// Why a QMP answer was refused.
@@ -59,6 +160,12 @@ pub fn parse_blockstats(answer: &str) -> Result<DiskCounters, QmpError> {
         .ok_or(QmpError::NoDisk)?;
     let s = &disk.stats;
     let u = |x: i64| u64::try_from(x).unwrap_or(0);
+    let hist = |h: &Option<qapi::qmp::BlockLatencyHistogramInfo>| {
+        h.as_ref().map(|h| Histogram {
+            edges: h.boundaries.clone(),
+            bins: h.bins.clone(),
+        })
+    };
     Ok(DiskCounters {
         rd_ops: u(s.rd_operations),
         wr_ops: u(s.wr_operations),
@@ -67,6 +174,9 @@ pub fn parse_blockstats(answer: &str) -> Result<DiskCounters, QmpError> {
         rd_time_ns: u(s.rd_total_time_ns),
         wr_time_ns: u(s.wr_total_time_ns),
         timed: true,
+        qdev: disk.qdev.clone(),
+        rd_hist: hist(&s.rd_latency_histogram),
+        wr_hist: hist(&s.wr_latency_histogram),
     })
 }
 
@@ -202,6 +312,42 @@ impl DiskCounters {
                 value,
             });
         }
+        v.extend(self.hist_percentiles(earlier));
+        v
+    }
+
+    /// Host p50/p99 from the latency histograms, at the percentiles fio reports for the guest
+    /// (`read_lat_p50_us` ... beside `host_read_lat_p50_us`). Only when the histograms were
+    /// set (QMP); a window without I/Os in a direction is NotAvailable, never 0.
+    fn hist_percentiles(&self, earlier: &DiskCounters) -> Vec<Metric> {
+        let mut v = vec![];
+        let sides = [
+            ("read", &self.rd_hist, &earlier.rd_hist),
+            ("write", &self.wr_hist, &earlier.wr_hist),
+        ];
+        for (dir, now, before) in sides {
+            let Some(now) = now else { continue };
+            let h = now.since(before.as_ref());
+            for pct in [50.0, 99.0] {
+                let value = match h.percentile_us(pct) {
+                    Some(us) => Value::Number(us),
+                    None if h.bins.iter().sum::<u64>() == 0 => {
+                        Value::NotAvailable(format!("no {dir} operations in the window"))
+                    }
+                    None => Value::NotAvailable(format!(
+                        "p{pct} is above the histogram's last edge ({} s)",
+                        h.edges.last().copied().unwrap_or(0) as f64 / 1e9
+                    )),
+                };
+                v.push(Metric {
+                    key: format!("host_{dir}_lat_p{pct}_us"),
+                    label: format!("Host-observed {dir} latency (p{pct}, histogram)"),
+                    unit: "µs".into(),
+                    better: Better::Lower,
+                    value,
+                });
+            }
+        }
         v
     }
 }
@@ -274,6 +420,71 @@ mod tests {
             Value::NotAvailable(r) => assert!(r.contains("no write operations"), "{r}"),
             v => panic!("a mean over 0 writes: {v:?}"),
         }
+    }
+
+    #[test]
+    fn histogram_percentiles_interpolate_inside_a_bucket() {
+        let h = Histogram {
+            edges: vec![100_000, 200_000, 500_000],
+            bins: vec![0, 50, 49, 1],
+        };
+        // p50: the 50th of 100 I/Os is the last of bucket [100, 200) µs.
+        assert_eq!(h.percentile_us(50.0), Some(200.0));
+        // p25: half way through the same bucket.
+        assert_eq!(h.percentile_us(25.0), Some(150.0));
+        // p99: the 99th I/O is the last of [200, 500) µs.
+        assert_eq!(h.percentile_us(99.0), Some(500.0));
+        // p100 is in the open last bucket: no upper edge, no number.
+        assert_eq!(h.percentile_us(100.0), None);
+        assert_eq!(Histogram::default().percentile_us(50.0), None);
+        let earlier = Histogram {
+            edges: h.edges.clone(),
+            bins: vec![0, 50, 0, 0],
+        };
+        assert_eq!(h.since(Some(&earlier)).bins, vec![0, 0, 49, 1]);
+    }
+
+    #[test]
+    fn histogram_command_and_metrics() {
+        let cmd: serde_json::Value =
+            serde_json::from_str(&histogram_set_command("/machine/peripheral/vd")).unwrap();
+        assert_eq!(cmd["execute"], "block-latency-histogram-set");
+        assert_eq!(cmd["arguments"]["id"], "/machine/peripheral/vd");
+        assert_eq!(cmd["arguments"]["boundaries"][0], 10_000);
+        assert!(cmd["arguments"].get("boundaries-read").is_none());
+        let h = |bins: Vec<u64>| {
+            Some(Histogram {
+                edges: HISTOGRAM_EDGES_NS.to_vec(),
+                bins,
+            })
+        };
+        let mut bins = vec![0; HISTOGRAM_EDGES_NS.len() + 1];
+        bins[4] = 10; // [100, 200) µs
+        let a = DiskCounters {
+            timed: true,
+            rd_hist: h(vec![0; bins.len()]),
+            wr_hist: h(vec![0; bins.len()]),
+            ..Default::default()
+        };
+        let b = DiskCounters {
+            timed: true,
+            rd_ops: 10,
+            rd_hist: h(bins),
+            wr_hist: h(vec![0; HISTOGRAM_EDGES_NS.len() + 1]),
+            ..Default::default()
+        };
+        let m = b.since(&a, 1.0);
+        let get = |k: &str| m.iter().find(|x| x.key == k).unwrap().value.clone();
+        assert_eq!(get("host_read_lat_p50_us"), Value::Number(150.0));
+        match get("host_write_lat_p99_us") {
+            Value::NotAvailable(r) => assert!(r.contains("no write operations"), "{r}"),
+            v => panic!("{v:?}"),
+        }
+        // Without histograms (Xen's counters), no percentile metrics at all.
+        assert!(!DiskCounters::default()
+            .since(&DiskCounters::default(), 1.0)
+            .iter()
+            .any(|x| x.key.contains("p50")));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! Reading order, for someone who has ten seconds: the summary table (headline metrics x cells,
 //! with n and spread), headline charts as small multiples grouped by the dimensions that vary
-//! (whiskers: 95% confidence intervals over repeats), per-second time series (stability), then
-//! the full metric list (collapsed), outcomes and provenance.
+//! (whiskers: 95% confidence intervals over repeats), per-second time series (stability), the
+//! sweeps (`sweep.rs`, when a sweep dimension varies) and where the latency comes from
+//! (`latency_split.rs`), then the full metric list (collapsed), outcomes and provenance.
 //!
 //! The building blocks ([`page`], [`table`], [`BarChart`], [`LineChart`]) know nothing about
 //! runs, so other pages (a comparison, say) can reuse them.
@@ -109,7 +110,7 @@ pub fn table(id: &str, head: &[String], rows: &[Vec<TableCell>]) -> String {
 }
 
 /// A figure around one SVG.
-fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> String {
+pub(crate) fn figure(id: &str, caption: &str, width: f64, height: f64, inner: &str) -> String {
     format!(
         "<figure class=\"chart\" data-chart=\"{id}\"><figcaption>{cap}</figcaption>\
          <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
@@ -345,7 +346,7 @@ impl LineChart {
 }
 
 /// A round number at or above `v` (1, 2, 2.5, 5 x 10^k) so axis labels read well.
-fn nice_ceiling(v: f64) -> f64 {
+pub(crate) fn nice_ceiling(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
@@ -519,6 +520,9 @@ pub fn html(run: &RunRecord) -> String {
     body.push_str(&summary_section(&view));
     body.push_str(&headline_charts(&view));
     body.push_str(&series_section(&view));
+    body.push_str(&super::sweep::section(&view.groups));
+    let heads: Vec<String> = (0..view.groups.len()).map(|i| view.head(i)).collect();
+    body.push_str(&super::latency_split::section(&view.groups, &heads));
     body.push_str(&full_metrics(&view));
     body.push_str(&outcomes_section(&view));
     body.push_str(&provenance_section(&view));

@@ -11,9 +11,11 @@
 
 pub mod compare_html;
 pub mod html;
+pub mod latency_split;
 pub mod openmetrics;
 pub mod seed;
 pub mod summary;
+pub mod sweep;
 
 use crate::cell::WorkloadId;
 use crate::results::{CellResult, RunRecord, Value};

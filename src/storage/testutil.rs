@@ -14,5 +14,7 @@ pub fn cell(backend: Backend, format: Format) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("pg-randrw".into()),
+        fio: Default::default(),
+        tuning: Default::default(),
     }
 }

@@ -332,6 +332,8 @@ mod tests {
             io: crate::cell::IoMode::Threads,
             layout,
             workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
+            fio: Default::default(),
+            tuning: Default::default(),
         }
     }
 

@@ -35,6 +35,8 @@ pub struct EngineParams<'a> {
     /// Where the engine's I/O goes in the guest: `{disk}` (the raw device) or a file in the
     /// mounted test filesystem.
     pub target: &'a str,
+    /// The cell's fio sweep values over a preset's own (empty: the preset as written).
+    pub overrides: &'a fio::FioOverrides,
     /// Per-second logs of the measured job (the report's time series).
     pub time_series: bool,
     /// The engine's once-a-second status line, for the live display.
@@ -132,6 +134,10 @@ pub enum EngineError {
         #[source]
         source: fio::JobError,
     },
+    /// Sweep values for an engine or job that does not take them (the matrix refuses these
+    /// before the run; this guards the engine itself).
+    #[error("{0} does not take --bs/--iodepth/--numjobs/--rwmix: they override fio presets only")]
+    OverridesRefused(&'static str),
     /// The test area does not fit on the disk.
     #[error("fio size {size} is larger than the disk ({disk_mib} MiB)")]
     SizeTooLarge {
@@ -208,7 +214,12 @@ impl Fio {
     /// The job with `{disk}`; a preset runs `secs` seconds with `ramp` seconds of ramp_time.
     fn job_text(&self, p: &EngineParams<'_>, secs: u32, ramp: u32) -> Result<String, EngineError> {
         match &self.job {
-            FioJob::Preset(job) => Ok(fio::render_preset(job, secs, ramp, p.size)),
+            FioJob::Preset(job) => Ok(p
+                .overrides
+                .apply(&fio::render_preset(job, secs, ramp, p.size))),
+            FioJob::File(_) if !p.overrides.is_empty() => {
+                Err(EngineError::OverridesRefused("a fio job file"))
+            }
             FioJob::File(path) => {
                 let text =
                     std::fs::read_to_string(path).map_err(|source| EngineError::JobFileRead {
@@ -232,7 +243,10 @@ impl Fio {
             return None;
         };
         (p.ramp > 0).then(|| Step::Fio {
-            job_text: fio::render_preset(job, p.ramp, 0, p.size).replace("{disk}", p.target),
+            job_text: p
+                .overrides
+                .apply(&fio::render_preset(job, p.ramp, 0, p.size))
+                .replace("{disk}", p.target),
             args: p.fio_args(),
             output_name: "ramp.json".into(),
             log_prefix: None,
@@ -345,6 +359,9 @@ impl WorkloadEngine for Bonnie {
     }
 
     fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
+        if !p.overrides.is_empty() {
+            return Err(EngineError::OverridesRefused("bonnie++"));
+        }
         let args = bonnie::default_args(p.memory_mib, TEST_MOUNTPOINT, p.bonnie_files, "vmbench");
         Ok(EnginePlan {
             // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
@@ -385,6 +402,13 @@ impl WorkloadEngine for Bonnie {
 mod tests {
     use super::*;
 
+    static NO_OVERRIDES: fio::FioOverrides = fio::FioOverrides {
+        bs: None,
+        iodepth: None,
+        numjobs: None,
+        rwmix: None,
+    };
+
     fn fixture(name: &str) -> String {
         let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
         std::fs::read_to_string(format!("{p}{name}")).unwrap()
@@ -401,6 +425,7 @@ mod tests {
             bonnie_files: 4,
             disk_mib: 2048,
             target,
+            overrides: &NO_OVERRIDES,
             time_series: true,
             live_status: true,
         }
@@ -454,6 +479,37 @@ mod tests {
         assert!(job.contains("write_iops_log=vmbench"), "{job}");
         let base = plan.baseline_job.unwrap();
         assert!(base.contains("ramp_time=5") && base.contains("filename={disk}"));
+    }
+
+    #[test]
+    fn sweep_overrides_reach_every_preset_job_and_are_refused_elsewhere() {
+        let o = fio::FioOverrides {
+            bs: Some("64k".parse().unwrap()),
+            iodepth: Some(4),
+            ..Default::default()
+        };
+        let mut p = params("{disk}");
+        p.overrides = &o;
+        let plan = Fio::preset(super::super::PG_RANDRW).plan(&p).unwrap();
+        for (name, job) in &plan.job_files {
+            assert!(
+                job.contains("bs=64k\n") && !job.contains("bs=8k"),
+                "{name}: {job}"
+            );
+            assert!(
+                job.contains("iodepth=4\n") && !job.contains("iodepth=16"),
+                "{job}"
+            );
+        }
+        assert!(plan.baseline_job.unwrap().contains("bs=64k"));
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jobs/");
+        let file = Fio {
+            job: FioJob::File(format!("{dir}user-randrw.fio").into()),
+        };
+        let e = file.plan(&p).unwrap_err();
+        assert!(matches!(e, EngineError::OverridesRefused(_)), "{e}");
+        let e = Bonnie.plan(&p).unwrap_err().to_string();
+        assert!(e.starts_with("bonnie++ does not take --bs"), "{e}");
     }
 
     #[test]

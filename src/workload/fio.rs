@@ -863,55 +863,10 @@ mod tests {
     }
 }
 
-/// fio parameters a sweep (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) sets over a preset's
-/// own values. Not yet wired into the matrix (issue 16 item 4): the type and its rendering
-/// come first so the cell id and the job text are fixed by tests.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FioOverrides {
-    /// Block size, e.g. `4k`.
-    pub bs: Option<String>,
-    /// Queue depth per job.
-    pub iodepth: Option<u32>,
-    /// Parallel jobs.
-    pub numjobs: Option<u32>,
-    /// Read share of a mixed workload, in percent (fio `rwmixread`).
-    pub rwmix: Option<u8>,
-}
+pub use crate::cell::FioOverrides;
 
+/// The job-text half of the sweep overrides (the cell half, id and slug, is in `cell.rs`).
 impl FioOverrides {
-    fn pairs(&self) -> Vec<(&'static str, String)> {
-        let mut v = vec![];
-        if let Some(b) = &self.bs {
-            v.push(("bs", b.clone()));
-        }
-        if let Some(d) = self.iodepth {
-            v.push(("iodepth", d.to_string()));
-        }
-        if let Some(n) = self.numjobs {
-            v.push(("numjobs", n.to_string()));
-        }
-        if let Some(r) = self.rwmix {
-            v.push(("rwmixread", r.to_string()));
-        }
-        v
-    }
-
-    /// The cell id suffix: empty when nothing is set, so ids without a sweep do not change.
-    pub fn slug(&self) -> String {
-        fn short(k: &str) -> &str {
-            match k {
-                "iodepth" => "qd",
-                "numjobs" => "nj",
-                "rwmixread" => "rw",
-                k => k,
-            }
-        }
-        self.pairs()
-            .iter()
-            .map(|(k, v)| format!("-{}{}", short(k), v.to_lowercase()))
-            .collect()
-    }
-
     /// The job text with every set key's lines replaced; a key the job does not have is added
     /// to `[global]` (so it applies to every job section).
     pub fn apply(&self, job: &str) -> String {
@@ -968,7 +923,7 @@ mod override_tests {
     #[test]
     fn overrides_replace_and_add() {
         let o = FioOverrides {
-            bs: Some("4K".into()),
+            bs: Some("4K".parse().unwrap()),
             iodepth: Some(32),
             numjobs: None,
             rwmix: Some(70),
@@ -977,7 +932,7 @@ mod override_tests {
         let job = "[global]\nbs=8k\niodepth=16\n[a]\nrw=randrw\niodepth=1\n";
         assert_eq!(
             o.apply(job),
-            "[global]\nrwmixread=70\nbs=4K\niodepth=32\n[a]\nrw=randrw\niodepth=32\n"
+            "[global]\nrwmixread=70\nbs=4k\niodepth=32\n[a]\nrw=randrw\niodepth=32\n"
         );
     }
 }

@@ -174,6 +174,12 @@ pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
     }
 }
 
+/// Whether `w` is a built-in fio preset, the only workload whose fio parameters a sweep
+/// (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) may override.
+pub fn is_fio_preset(w: &WorkloadId) -> bool {
+    matches!(w, WorkloadId::Preset(n) if preset(n).is_some_and(|p| p.engine.name() == "fio"))
+}
+
 /// The engine a workload runs: its preset's, or fio with the user's job file.
 pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
     match w {
