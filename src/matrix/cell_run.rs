@@ -182,9 +182,7 @@ impl CellCtx<'_, '_> {
 
     /// The domain's definition, written with the job files into the cell directory.
     fn define(&self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
-        let sock_dir = crate::guest::dirs::make_channel_dir(&self.work)
-            .map_err(CellError::host_io("creating the agent socket directory"))?;
-        let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        let spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir);
         let xml = domain_xml::render(&spec).map_err(CellError::DomainXml)?;
         self.write("domain.xml", &xml)?;
         for (name, text) in &plan.steps.job_files {
@@ -257,6 +255,7 @@ impl CellCtx<'_, '_> {
             qemu_pid: (hv != Hypervisor::Xen).then(|| b.dom.qemu_pid()).flatten(),
             server_pid: self.env.server.map(|s| s.1),
             server_name: self.env.server.map(|s| s.0),
+            not_local: b.dom.not_local(),
         };
         let window = plan.steps.window;
         let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -546,14 +545,12 @@ fn domain_spec(
     seq: usize,
     disk: &ProvisionedDisk,
     dir: &Path,
-    sock_dir: &Path,
 ) -> DomainSpec {
     let cfg = env.cfg;
     let files = GuestFiles {
         kernel: env.image.kernel.clone(),
         initrd: env.image.initrd.clone(),
         console_log: absolute(&dir.join("console.log")),
-        channel_socket: sock_dir.join("agent.sock"),
     };
     let size = Sizing {
         vcpus: cfg.vcpus,
