@@ -110,6 +110,11 @@ impl Libvirt {
         self.conn.is_alive().unwrap_or(false)
     }
 
+    /// The libvirt host's name, as that host reports it.
+    pub fn hostname(&self) -> String {
+        self.conn.get_hostname().unwrap_or_default()
+    }
+
     /// (libvirt version, hypervisor driver version) as dotted strings.
     pub fn versions(&self) -> (String, String) {
         let lib = self.conn.get_lib_version().map(dotted).unwrap_or_default();

@@ -70,6 +70,7 @@ pub async fn boot_probe(
         io: IoMode::Threads,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("probe".into()),
+        host: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),
