@@ -125,6 +125,8 @@ struct Shared {
 
 /// What one host's loop works with: its own connections, and what all hosts share.
 struct HostRun<'a> {
+    /// The UI, tagged with the host when several run.
+    ui: Ui,
     plan: &'a Plan,
     conns: BTreeMap<Hypervisor, Result<Libvirt, String>>,
     shared: &'a Shared,
@@ -349,6 +351,7 @@ impl RunCtx {
             n: AtomicU64::new(0),
         };
         let rt = tokio::runtime::Handle::current();
+        let several = by_host.len() > 1;
         let (shared, servers) = (&hosts.shared, &hosts.servers);
         let results: Vec<anyhow::Result<()>> = tokio::task::block_in_place(|| {
             std::thread::scope(|s| {
@@ -356,7 +359,14 @@ impl RunCtx {
                     .into_iter()
                     .map(|(host, slots)| {
                         let host_conns = conns.remove(&host).unwrap_or_default();
+                        // One host alone keeps the plain progress of a single-host run.
+                        let ui = if several {
+                            self.ui.for_host(host.as_str())
+                        } else {
+                            self.ui.clone()
+                        };
                         let on = HostRun {
+                            ui,
                             plan,
                             conns: host_conns,
                             shared,
@@ -396,7 +406,7 @@ impl RunCtx {
             }
             let seq = on.counters.seq.fetch_add(1, Ordering::SeqCst);
             let n = on.counters.n.fetch_add(1, Ordering::SeqCst) + 1;
-            self.ui.send(Output::CellStart {
+            on.ui.send(Output::CellStart {
                 n,
                 label: cell.label(),
             });
@@ -431,7 +441,7 @@ impl RunCtx {
         let uri = self.cfg.host_uri(host, hv);
         reconnect_if_dead(&mut on.conns, hv, &uri, &self.ui, &self.run_id);
         let result = match on.conns.get(&hv) {
-            Some(Ok(conn)) => self.run_one(conn, on.servers, on.shared, s).await,
+            Some(Ok(conn)) => self.run_one(conn, on, s).await,
             Some(Err(reason)) => Some(not_run(
                 s.cell,
                 s.repeat,
@@ -451,7 +461,7 @@ impl RunCtx {
         let file = result.clone();
         self.persist(result)?;
         RunDir::save_cell(&s.dir, &file).with_context(|| format!("writing {}", s.dir.display()))?;
-        self.ui.send(Output::CellEnd {
+        on.ui.send(Output::CellEnd {
             n: s.n,
             label: s.cell.label(),
             outcome: line,
@@ -461,18 +471,12 @@ impl RunCtx {
 
     /// Runs one cell on its backend and tears the backend down; `None` when a signal stopped
     /// it.
-    async fn run_one(
-        &self,
-        conn: &Libvirt,
-        servers: &Mutex<Servers>,
-        shared: &Shared,
-        s: &Slot<'_>,
-    ) -> Option<CellResult> {
-        let (cell, repeat) = (s.cell, s.repeat);
+    async fn run_one(&self, conn: &Libvirt, on: &HostRun<'_>, s: &Slot<'_>) -> Option<CellResult> {
+        let (cell, repeat, shared) = (s.cell, s.repeat, on.shared);
         let opened = storage::open(
             &self.cfg.storage,
             cell.backend,
-            &mut lock(servers),
+            &mut lock(on.servers),
             &shared.work,
         );
         let (mut backend, server) = match opened {
@@ -496,7 +500,7 @@ impl RunCtx {
             image: &shared.image,
             run_id: &self.run_id,
             work_dir: &shared.work,
-            ui: &self.ui,
+            ui: &on.ui,
             cancel: &self.cancel,
             server,
             provenance: &prov,
