@@ -53,6 +53,23 @@ pub enum ImageAction {
     /// Build the guest image (kernel + initramfs with the agent, fio, bonnie++) if any input
     /// changed, and print its identity, size and versions.
     Build(ImageArgs),
+    /// Remove old images from the cache: keeps the --keep most recently used ones and any
+    /// image a live run uses; the downloaded packages and fio build (build inputs) stay.
+    Prune(PruneArgs),
+}
+
+/// `vmbench image prune`.
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Image cache directory (content-addressed).
+    #[arg(long, env = "VMBENCH_IMAGE_CACHE")]
+    pub image_cache: Option<PathBuf>,
+    /// How many of the most recently used images to keep (at least 1).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: u64,
+    /// Print what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Where the image lives and how it is made.
@@ -145,6 +162,16 @@ pub struct MatrixArgs {
     /// [default: no limit]
     #[arg(long, value_name = "MIB")]
     pub bw_limit: Option<u64>,
+    /// No per-second fio logs (no time series in reports, no within-run stability figure).
+    #[arg(long)]
+    pub no_time_series: bool,
+    /// The guest does not stream fio's status line (no live IOPS on the progress line).
+    #[arg(long)]
+    pub no_live_status: bool,
+    /// Fail a job after this many seconds without I/O progress on the disk under test while the
+    /// guest is alive; 0 turns the watchdog off. [default: 60]
+    #[arg(long, value_name = "SECS")]
+    pub stall_timeout: Option<u64>,
     /// Measure on first allocation: skip the prefill pass.
     #[arg(long)]
     pub no_prefill: bool,
@@ -251,6 +278,9 @@ pub struct DoctorArgs {
     /// Skip the KVM boot probe (it boots the image once).
     #[arg(long)]
     pub no_probe: bool,
+    /// Where run directories are (doctor reports how much they hold).
+    #[arg(long, default_value = "vmbench-runs")]
+    pub runs_dir: PathBuf,
     /// Image options.
     #[command(flatten)]
     pub image: ImageArgs,
@@ -470,6 +500,7 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     scalar!(bonnie_files, bonnie_files);
     scalar!(memory, memory_mib);
     scalar!(boot_timeout, boot_timeout);
+    scalar!(stall_timeout, stall_timeout);
     if let Some(n) = a.iops_limit {
         c.iops_limit = Some(n);
     }
@@ -478,6 +509,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     }
     if a.no_prefill {
         c.prefill = false;
+    }
+    if a.no_time_series {
+        c.time_series = false;
+    }
+    if a.no_live_status {
+        c.live_status = false;
     }
     if a.no_probe {
         c.probe = false;

@@ -48,6 +48,8 @@ pub struct DoctorOptions {
     pub no_probe: bool,
     /// The image cache doctor looks in (it never builds).
     pub image_cache: std::path::PathBuf,
+    /// The runs directory whose size doctor reports.
+    pub runs_dir: std::path::PathBuf,
 }
 
 /// Runs every check, prints the table; exit 0 when at least QEMU/TCG cells can run.
@@ -114,7 +116,52 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         tool_version("fio", &["--version"]),
         "missing",
     ));
+    out.push(check(
+        "disk: image cache",
+        Ok(cache_usage(&a.image_cache)),
+        "",
+    ));
+    out.push(check(
+        "disk: runs directory",
+        Ok(runs_usage(&a.runs_dir)),
+        "",
+    ));
     out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1048576.0)
+}
+
+/// What the image cache holds: images (prunable) and build inputs (kept).
+fn cache_usage(cache: &Path) -> String {
+    use crate::image::prune;
+    let images = prune::list(cache);
+    let img_bytes: u64 = images.iter().map(|i| i.bytes).sum();
+    let total = prune::dir_bytes(cache);
+    format!(
+        "{} in {}: {} image(s) {} (`vmbench image prune` keeps the 2 newest), build inputs {}",
+        mib(total),
+        cache.display(),
+        images.len(),
+        mib(img_bytes),
+        mib(total.saturating_sub(img_bytes)),
+    )
+}
+
+/// What the runs directory holds.
+fn runs_usage(runs: &Path) -> String {
+    let n = std::fs::read_dir(runs)
+        .map(|rd| rd.flatten().filter(|e| e.path().is_dir()).count())
+        .unwrap_or(0);
+    if !runs.exists() {
+        return format!("{} does not exist yet (no runs here)", runs.display());
+    }
+    format!(
+        "{} in {}: {n} run(s)",
+        mib(crate::image::prune::dir_bytes(runs)),
+        runs.display()
+    )
 }
 
 fn qemu_tcg(c: &Libvirt) -> Result<String, String> {

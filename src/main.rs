@@ -59,6 +59,9 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
         Command::Image {
             action: ImageAction::Build(a),
         } => cmd_image(a).await,
+        Command::Image {
+            action: ImageAction::Prune(a),
+        } => cmd_image_prune(&a),
         Command::Doctor(a) => Ok(doctor::run(&doctor_options(&a)).await),
         Command::Cleanup(a) => vmbench::cleanup::run(&cleanup_options(&a)).map_err(CliError::Other),
         Command::Runs(a) => cmd_runs(&a),
@@ -80,6 +83,7 @@ fn doctor_options(a: &cli::DoctorArgs) -> doctor::DoctorOptions {
         xen_connect: a.xen_connect.clone(),
         no_probe: a.no_probe,
         image_cache: image_request(&a.image).cache_dir,
+        runs_dir: a.runs_dir.clone(),
     }
 }
 
@@ -264,6 +268,31 @@ async fn cmd_image(a: cli::ImageArgs) -> Result<i32, CliError> {
     for (k, v) in rows {
         println!("  {:<width$} {v}", format!("{k}:"));
     }
+    Ok(0)
+}
+
+fn cmd_image_prune(a: &cli::PruneArgs) -> Result<i32, CliError> {
+    let cache = a
+        .image_cache
+        .clone()
+        .unwrap_or_else(image::default_cache_dir);
+    let r = image::prune::prune(&cache, a.keep as usize, a.dry_run)
+        .map_err(|e| CliError::Other(e.into()))?;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    for i in &r.removed {
+        println!("{verb} image {} ({:.1} MiB)", i.id, mib(i.bytes));
+    }
+    for (i, why) in &r.kept {
+        println!("kept image {} ({:.1} MiB): {why}", i.id, mib(i.bytes));
+    }
+    println!(
+        "{verb} {} image(s), {:.1} MiB; kept {} in {}",
+        r.removed.len(),
+        mib(r.freed()),
+        r.kept.len(),
+        cache.display()
+    );
     Ok(0)
 }
 

@@ -3,8 +3,10 @@
 //! total timeout; and it explains a guest error by the domain's state.
 
 use super::libvirt::{DomainState, RunningDomain};
+use crate::metrics::qmp::DiskCounters;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Resolves with a reason once the cell's storage is lost: the embedded server's process died, or
 /// QEMU paused the domain on an I/O error. Never resolves while both are fine.
@@ -38,5 +40,141 @@ pub fn domain_note(dom: &RunningDomain) -> Option<String> {
         DomainState::Crashed => Some("the domain crashed".into()),
         DomainState::Paused(r) => Some(format!("the domain is paused ({r})")),
         DomainState::Other(s) => Some(format!("the domain is in {s}")),
+    }
+}
+
+/// When a running job last showed progress: the host saw the disk under test complete an I/O, or
+/// the engine printed a status line with a non-zero rate. Shared between the job's event handler
+/// and [`io_stalled`].
+#[derive(Debug)]
+pub struct Progress {
+    since: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            since: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Progress {
+    /// Something moved now.
+    pub fn touch(&self) {
+        let now = self.since.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Time since the last progress (or since the watch began).
+    pub fn idle(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.since.elapsed().saturating_sub(last)
+    }
+}
+
+/// Completed operations (reads + writes) in a counter snapshot.
+fn ops(c: &DiskCounters) -> u64 {
+    c.rd_ops.saturating_add(c.wr_ops)
+}
+
+/// How often the watchdog reads the disk's counters: often enough to fire within a few percent
+/// of the limit, rarely enough to cost nothing (one QMP query; see scripts/bench-fidelity).
+pub fn poll_interval(stall: Duration) -> Duration {
+    (stall / 10).clamp(Duration::from_millis(500), Duration::from_secs(5))
+}
+
+/// Resolves with the idle time once neither the disk under test nor the engine has shown
+/// progress for `stall`. `counters` reads the host-side counters of the disk under test; when
+/// it cannot (`None`), the watchdog cannot tell a stall from a gap in its view and counts the
+/// moment as progress, leaving the job's total limit to act.
+pub async fn io_stalled<F>(counters: F, stall: Duration, progress: Arc<Progress>) -> Duration
+where
+    F: Fn() -> Option<DiskCounters> + Send + Sync + Clone + 'static,
+{
+    let mut tick = tokio::time::interval(poll_interval(stall));
+    let mut last: Option<u64> = None;
+    loop {
+        tick.tick().await;
+        let read = counters.clone();
+        let now = tokio::task::spawn_blocking(read).await.ok().flatten();
+        match now.as_ref().map(ops) {
+            Some(n) if last == Some(n) => {}
+            Some(n) => {
+                last = Some(n);
+                progress.touch();
+            }
+            None => progress.touch(),
+        }
+        let idle = progress.idle();
+        if idle >= stall {
+            return idle;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn counters(
+        script: Vec<Option<u64>>,
+    ) -> impl Fn() -> Option<DiskCounters> + Clone + Send + Sync {
+        let s = Arc::new(Mutex::new(script.into_iter()));
+        move || {
+            let n = s.lock().unwrap().next().unwrap_or(Some(7))?;
+            Some(DiskCounters {
+                rd_ops: n,
+                ..DiskCounters::default()
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn moving_counters_never_fire() {
+        let p = Arc::new(Progress::default());
+        let script = (0..40).map(Some).collect();
+        let r = tokio::time::timeout(
+            Duration::from_millis(2500),
+            io_stalled(counters(script), Duration::from_secs(1), p),
+        )
+        .await;
+        assert!(r.is_err(), "fired while I/O completed: {r:?}");
+    }
+
+    #[tokio::test]
+    async fn unreadable_counters_are_not_a_stall() {
+        let p = Arc::new(Progress::default());
+        let r = tokio::time::timeout(
+            Duration::from_millis(2500),
+            io_stalled(counters(vec![None; 40]), Duration::from_secs(1), p),
+        )
+        .await;
+        assert!(r.is_err(), "fired without a view of the disk: {r:?}");
+    }
+
+    #[tokio::test]
+    async fn still_counters_fire_and_say_how_long() {
+        let p = Arc::new(Progress::default());
+        let idle = tokio::time::timeout(
+            Duration::from_secs(5),
+            io_stalled(counters(vec![]), Duration::from_secs(1), p),
+        )
+        .await
+        .expect("a stall of 1 s fires well within 5 s");
+        assert!(idle >= Duration::from_secs(1), "{idle:?}");
+        assert!(idle < Duration::from_millis(2000), "{idle:?}");
+    }
+
+    #[test]
+    fn status_progress_resets_the_idle_time() {
+        let p = Progress::default();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(p.idle() >= Duration::from_millis(30));
+        p.touch();
+        assert!(p.idle() < Duration::from_millis(30));
     }
 }

@@ -11,6 +11,7 @@ pub mod elf;
 pub mod fio_build;
 pub mod kernel;
 pub mod libs;
+pub mod prune;
 pub mod recipe;
 
 use std::collections::BTreeMap;
@@ -280,6 +281,22 @@ pub fn ensure(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<ImageInfo, 
         }
     }
     build_from(req, inputs, progress)
+}
+
+/// [`ensure`], then the image marked in use by this process (see [`prune::InUse`]), so `vmbench
+/// image prune` leaves it alone while the returned guard lives. A prune that removed the image
+/// between the two steps is caught by checking again.
+pub fn ensure_in_use(
+    req: &ImageRequest,
+    progress: &dyn Fn(&str),
+) -> Result<(ImageInfo, prune::InUse), ImageError> {
+    loop {
+        let info = ensure(req, progress)?;
+        let guard = prune::InUse::take(&info)?;
+        if cached(&req.cache_dir, &info.id).is_some() {
+            return Ok((info, guard));
+        }
+    }
 }
 
 /// The published image with this id, if complete.

@@ -166,6 +166,15 @@ pub enum CellError {
         /// The console.
         console: ConsoleTail,
     },
+    /// The progress watchdog: the disk under test completed no I/O and the engine printed no
+    /// moving status line for `--stall-timeout` seconds, while the guest's heartbeat went on.
+    #[error("no I/O progress for {secs} s (the guest is alive; --stall-timeout){console}")]
+    NoIoProgress {
+        /// Seconds without progress.
+        secs: u64,
+        /// The console.
+        console: ConsoleTail,
+    },
     /// A step failed in the guest with a non-zero exit.
     #[error("{step} failed in the guest (exit {exit_code}): {stderr}")]
     EngineFailed {
@@ -224,6 +233,7 @@ impl CellError {
             E::HostileGuest { .. } | E::BadOutput(_) => FailureKind::HostileGuest,
             E::Agent { .. } => FailureKind::AgentError,
             E::StorageLost { .. } => FailureKind::StorageLost,
+            E::NoIoProgress { .. } => FailureKind::Stalled,
             E::EngineFailed { .. } | E::StepUnfinished { .. } | E::JobFailed => {
                 FailureKind::EngineFailed
             }

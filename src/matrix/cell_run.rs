@@ -177,6 +177,7 @@ impl CellCtx<'_, '_> {
         };
         self.params.insert("datapath".into(), datapath);
         self.params.extend(self.env.cfg.iotune_params());
+        self.params.extend(self.env.cfg.instrument_params());
         Ok(disk)
     }
 
@@ -360,12 +361,36 @@ impl CellCtx<'_, '_> {
             limits.heartbeat_timeout = hb;
         }
         let dom = &b.dom;
+        let progress = Arc::new(watch::Progress::default());
+        let seen = progress.clone();
+        let mut on_event = on_event;
+        let on_event = move |e: JobEvent<'_>| {
+            if let JobEvent::Status { line, .. } = &e {
+                if status_shows_progress(line) {
+                    seen.touch();
+                }
+            }
+            on_event(e)
+        };
+        let hv = self.cell.hypervisor;
+        let d = dom.clone();
+        let stall = (cfg.stall_timeout > 0).then(|| Duration::from_secs(cfg.stall_timeout));
+        let stalled = async move {
+            match stall {
+                Some(limit) => {
+                    let read = move || disk_counters(&d, hv);
+                    watch::io_stalled(read, limit, progress).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         let run = async {
             tokio::select! {
                 r = b.guest.run(job, &limits, on_event) => r.map_err(JobStop::Guest),
                 lost = watch::storage_lost(dom.clone(), self.env.server) => {
                     Err(JobStop::StorageLost(lost))
                 }
+                idle = stalled => Err(JobStop::Stalled(idle)),
             }
         };
         match cancellable(self.env.cancel, run).await {
@@ -416,6 +441,8 @@ impl CellCtx<'_, '_> {
 enum JobStop {
     Guest(GuestError),
     StorageLost(String),
+    /// The watchdog saw no I/O progress for this long while the guest kept its heartbeat.
+    Stalled(Duration),
 }
 
 /// A wait that failed, or was cut short by a signal.
@@ -438,6 +465,10 @@ fn describe_stop(stop: JobStop, dom: &RunningDomain, console: &Path) -> CellErro
     match stop {
         JobStop::StorageLost(reason) => CellError::StorageLost {
             reason,
+            console: ConsoleTail::read(console, 15),
+        },
+        JobStop::Stalled(idle) => CellError::NoIoProgress {
+            secs: idle.as_secs(),
             console: ConsoleTail::read(console, 15),
         },
         JobStop::Guest(e) => {
@@ -476,6 +507,8 @@ impl WorkPlan {
             bonnie_files: cfg.bonnie_files,
             disk_mib: cfg.disk_mib,
             target,
+            time_series: cfg.time_series,
+            live_status: cfg.live_status,
         };
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
         if let Some(mkfs) = mkfs {
@@ -595,16 +628,10 @@ impl Window {
     }
 }
 
-async fn sample_window(
-    dom: Arc<RunningDomain>,
-    src: Sources,
-    (from, to): (u32, u32),
-    mut steps: tokio::sync::mpsc::UnboundedReceiver<u32>,
-    hv: Hypervisor,
-) -> Window {
-    let mut w = Window::default();
-    // Xen has no QEMU monitor for a phy disk: libvirt's own block stats (counts, no times).
-    let block = |d: &RunningDomain| match hv {
+/// The host's counters of the disk under test. Xen has no QEMU monitor for a phy disk: libvirt's
+/// own block stats there (counts, no times).
+fn disk_counters(d: &RunningDomain, hv: Hypervisor) -> Option<qmp::DiskCounters> {
+    match hv {
         Hypervisor::Xen => d.block_stats(domain_xml::guest_device_name(
             hv,
             crate::cell::Bus::VirtioBlk,
@@ -613,7 +640,24 @@ async fn sample_window(
             .qmp(qmp::QUERY_BLOCKSTATS)
             .ok()
             .and_then(|a| qmp::parse_blockstats(&a).ok()),
-    };
+    }
+}
+
+/// Whether a status line shows the engine moving: fio's eta line with a non-zero rate. A line
+/// that is not an eta line is new output, so it counts too.
+fn status_shows_progress(line: &str) -> bool {
+    crate::workload::fio::parse_eta(line).is_none_or(|(r, w)| r + w > 0)
+}
+
+async fn sample_window(
+    dom: Arc<RunningDomain>,
+    src: Sources,
+    (from, to): (u32, u32),
+    mut steps: tokio::sync::mpsc::UnboundedReceiver<u32>,
+    hv: Hypervisor,
+) -> Window {
+    let mut w = Window::default();
+    let block = |d: &RunningDomain| disk_counters(d, hv);
     // The step before the measured one (drop caches, or the warm-up) is done: the engine starts.
     loop {
         match steps.recv().await {

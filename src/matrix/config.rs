@@ -58,6 +58,13 @@ pub struct MatrixConfig {
     /// Cap on the disk under test, read + write MiB per second (`<iotune>` `total_bytes_sec`).
     /// Recorded like `iops_limit`. Default none (uncapped).
     pub bw_limit_mib: Option<u64>,
+    /// fio writes per-second bandwidth, IOPS and latency logs (the time series in reports and
+    /// the within-run stability figures). `scripts/bench-fidelity` measures what they cost.
+    /// Default true.
+    pub time_series: bool,
+    /// The guest streams fio's once-a-second status line for the live IOPS display. Default
+    /// true.
+    pub live_status: bool,
     /// Write the test area once before measuring, so qcow2 and thin volumes are not measured on
     /// first allocation. Default true.
     pub prefill: bool,
@@ -67,6 +74,11 @@ pub struct MatrixConfig {
     /// target (image file, LUN file, block device) and add `host_baseline_*` and
     /// `*_efficiency_pct` (guest IOPS / host IOPS). Default false.
     pub host_baseline: bool,
+    /// Seconds without progress after which a running job fails with "no I/O progress": the
+    /// disk under test completed no I/O (host-side counters) and fio printed no status line with
+    /// a non-zero rate, while the guest is alive. Far below the job's total limit, so a stuck
+    /// storage path costs a minute, not the whole night. 0 turns the watchdog off. Default 60.
+    pub stall_timeout: u64,
     /// Guest vCPUs. Default 2.
     pub vcpus: u32,
     /// Guest memory in MiB. Default 512.
@@ -114,9 +126,12 @@ impl Default for MatrixConfig {
             disk_mib: 1024,
             iops_limit: None,
             bw_limit_mib: None,
+            time_series: true,
+            live_status: true,
             prefill: true,
             bonnie_files: 16,
             host_baseline: false,
+            stall_timeout: 60,
             vcpus: 2,
             memory_mib: 512,
             boot_timeout: 60,
@@ -206,6 +221,19 @@ impl MatrixConfig {
         ]
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_string(), v.to_string())))
+        .collect()
+    }
+
+    /// The measurement's instrumentation as cell parameters, only where it is switched off
+    /// (`time_series = off`), so a lean result says so and a default one stays as before.
+    pub fn instrument_params(&self) -> Vec<(String, String)> {
+        [
+            ("time_series", self.time_series),
+            ("live_status", self.live_status),
+        ]
+        .into_iter()
+        .filter(|(_, on)| !on)
+        .map(|(k, _)| (k.to_string(), "off".to_string()))
         .collect()
     }
 

@@ -108,6 +108,8 @@ struct RunCtx {
 /// What the cells run on: the image, the work directory, servers and connections.
 struct Hosts {
     shared: Shared,
+    /// Keeps `vmbench image prune` off the image while the run lives.
+    _image_in_use: crate::image::prune::InUse,
     /// The embedded servers, on this machine, for the local hosts' cells.
     servers: Mutex<Servers>,
     conns: Conns,
@@ -292,8 +294,8 @@ impl RunCtx {
         ui.line("image: checking the guest image (built on first use)");
         let image_req = opts.image.clone();
         let ui2 = ui.clone();
-        let image = tokio::task::spawn_blocking(move || {
-            crate::image::ensure(&image_req, &|s: &str| ui2.line(format!("image: {s}")))
+        let (image, in_use) = tokio::task::spawn_blocking(move || {
+            crate::image::ensure_in_use(&image_req, &|s: &str| ui2.line(format!("image: {s}")))
         })
         .await??;
         ui.line(format!(
@@ -317,6 +319,7 @@ impl RunCtx {
         };
         Ok(Hosts {
             shared: Shared { image, work, prov },
+            _image_in_use: in_use,
             servers: Mutex::new(servers),
             conns,
         })

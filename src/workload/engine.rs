@@ -35,6 +35,22 @@ pub struct EngineParams<'a> {
     /// Where the engine's I/O goes in the guest: `{disk}` (the raw device) or a file in the
     /// mounted test filesystem.
     pub target: &'a str,
+    /// Per-second logs of the measured job (the report's time series).
+    pub time_series: bool,
+    /// The engine's once-a-second status line, for the live display.
+    pub live_status: bool,
+}
+
+impl EngineParams<'_> {
+    /// fio's extra arguments for a timed step: no status line when nobody reads it.
+    fn fio_args(&self) -> Vec<String> {
+        if self.live_status {
+            vec![]
+        } else {
+            // After the agent's own --eta=always: fio keeps the last one.
+            vec!["--eta=never".into()]
+        }
+    }
 }
 
 /// The engine's part of a cell: steps, sizes, host window, files.
@@ -217,7 +233,7 @@ impl Fio {
         };
         (p.ramp > 0).then(|| Step::Fio {
             job_text: fio::render_preset(job, p.ramp, 0, p.size).replace("{disk}", p.target),
-            args: vec![],
+            args: p.fio_args(),
             output_name: "ramp.json".into(),
             log_prefix: None,
         })
@@ -268,13 +284,20 @@ impl WorkloadEngine for Fio {
             plan.window = (1, 2);
         }
         let job = self.job_text(p, p.runtime, 0)?.replace("{disk}", p.target);
-        let job_text = fio::with_log_options(&job, LOG_PREFIX);
+        let (job_text, log_prefix) = if p.time_series {
+            (
+                fio::with_log_options(&job, LOG_PREFIX),
+                Some(LOG_PREFIX.into()),
+            )
+        } else {
+            (job, None)
+        };
         plan.job_files.push(("job.fio", job_text.clone()));
         plan.measure.push(Step::Fio {
             job_text,
-            args: vec![],
+            args: p.fio_args(),
             output_name: "fio.json".into(),
-            log_prefix: Some(LOG_PREFIX.into()),
+            log_prefix,
         });
         Ok(plan)
     }
@@ -378,7 +401,42 @@ mod tests {
             bonnie_files: 4,
             disk_mib: 2048,
             target,
+            time_series: true,
+            live_status: true,
         }
+    }
+
+    #[test]
+    fn lean_fio_plan_has_no_logs_and_no_status_line() {
+        let e = Fio::preset(super::super::PG_RANDRW);
+        let full = e.plan(&params("{disk}")).unwrap();
+        let mut p = params("{disk}");
+        p.time_series = false;
+        p.live_status = false;
+        let lean = e.plan(&p).unwrap();
+        let fio_steps = |plan: &EnginePlan| -> Vec<(Vec<String>, Option<String>, String)> {
+            plan.measure
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Fio {
+                        args,
+                        log_prefix,
+                        job_text,
+                        ..
+                    } => Some((args.clone(), log_prefix.clone(), job_text.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (f, l) = (fio_steps(&full), fio_steps(&lean));
+        assert_eq!(f.len(), 2, "warm-up and measured job");
+        assert_eq!(l.len(), 2);
+        assert!(f.iter().all(|(a, _, _)| a.is_empty()));
+        assert!(l.iter().all(|(a, _, _)| a == &["--eta=never"]), "{l:?}");
+        assert!(f[1].1.is_some() && f[1].2.contains("write_iops_log"));
+        assert!(l[1].1.is_none() && !l[1].2.contains("_log="), "{}", l[1].2);
+        // The job itself is unchanged apart from the log lines.
+        assert_eq!(l[1].2, f[1].2.replace(&fio::log_options(LOG_PREFIX), ""));
     }
 
     #[test]

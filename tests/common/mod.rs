@@ -60,14 +60,28 @@ impl Scratch {
         c
     }
 
+    /// `vmbench matrix` with this scratch's dirs only: the caller gives every size.
+    pub fn matrix_cmd_unsized(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
+        c.arg("matrix")
+            .arg("--runs-dir")
+            .arg(self.runs())
+            .arg("--work-dir")
+            .arg(self.work())
+            .arg("--db")
+            .arg(self.db())
+            .args(args)
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    /// [`Self::matrix_cmd_unsized`], run, its output shown.
+    pub fn matrix_with(&self, args: &[&str]) -> Output {
+        show(self.matrix_cmd_unsized(args).output().unwrap())
+    }
+
     pub fn matrix(&self, args: &[&str]) -> Output {
-        let out = self.matrix_cmd(args).output().unwrap();
-        eprintln!(
-            "--- stdout\n{}\n--- stderr\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        show(self.matrix_cmd(args).output().unwrap())
     }
 
     /// The only run in this scratch's runs dir.
@@ -116,6 +130,16 @@ impl Scratch {
             assert!(ours.is_empty(), "{comm} still running: {ours:?}");
         }
     }
+}
+
+/// Prints a finished command's output (shown when a test fails) and returns it.
+pub fn show(out: Output) -> Output {
+    eprintln!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// True when the process has a file open (its log, config, a LUN) under `dir`.

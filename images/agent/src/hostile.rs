@@ -18,6 +18,9 @@ pub enum Kind {
     WrongJob,
     /// A "successful" fio run whose JSON has impossible numbers.
     Impossible,
+    /// No answer at all while the heartbeat goes on: a guest alive but stuck (the host's
+    /// progress watchdog must fail the cell long before the job's total limit).
+    Stuck,
 }
 
 /// Parses the kernel command line's `vmbench.hostile` value.
@@ -27,6 +30,7 @@ pub fn kind(value: &str) -> Option<Kind> {
         "garbage" => Some(Kind::Garbage),
         "wrong-job" => Some(Kind::WrongJob),
         "impossible" => Some(Kind::Impossible),
+        "stuck" => Some(Kind::Stuck),
         _ => None,
     }
 }
@@ -34,6 +38,7 @@ pub fn kind(value: &str) -> Option<Kind> {
 /// Sends the broken answer to `job`.
 pub fn answer(kind: Kind, job: &Job, w: &Writer) -> std::io::Result<()> {
     match kind {
+        Kind::Stuck => Ok(()),
         Kind::Oversized => w.raw(&vec![b'x'; MAX_FRAME + 4096]),
         Kind::Garbage => {
             w.raw(&[0xff, 0xfe, 0xfd, b'\n'])?;
