@@ -260,6 +260,76 @@ pub struct Cell {
     /// records older than the tuning dimensions.
     #[serde(default, skip_serializing_if = "DiskTuning::is_default")]
     pub tuning: DiskTuning,
+    /// The libvirt host it runs on (`--host NAME=URI`); cells stored before hosts existed load
+    /// as the default host, and the default host is left out of the JSON (stored cells of one
+    /// host read as before).
+    #[serde(default, skip_serializing_if = "HostName::is_default")]
+    pub host: HostName,
+}
+
+/// The name of a libvirt host (`--host NAME=URI`): lowercase letters, digits and '-', so it can
+/// enter cell ids, file names and metric labels. The default host is `local`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostName(String);
+
+impl HostName {
+    /// The host a run uses when no `--host` is given.
+    pub const DEFAULT: &'static str = "local";
+
+    /// True for the default host, which stays out of cell ids and labels (old ids keep
+    /// matching).
+    pub fn is_default(&self) -> bool {
+        self.0 == Self::DEFAULT
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for HostName {
+    fn default() -> Self {
+        HostName(Self::DEFAULT.into())
+    }
+}
+
+impl fmt::Display for HostName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for HostName {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        let ok = !s.is_empty()
+            && s.len() <= 32
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if ok {
+            Ok(HostName(s.to_string()))
+        } else {
+            Err(UnknownValue {
+                what: "host name",
+                got: s.to_string(),
+                valid: vec!["1-32 of a-z, 0-9 and '-', starting with a letter"],
+            })
+        }
+    }
+}
+impl TryFrom<String> for HostName {
+    type Error = UnknownValue;
+    fn try_from(s: String) -> Result<Self, UnknownValue> {
+        s.parse()
+    }
+}
+impl From<HostName> for String {
+    fn from(v: HostName) -> String {
+        v.0
+    }
 }
 
 impl Cell {
@@ -279,7 +349,11 @@ impl Cell {
             self.layout.as_str().into(),
             workload_slug(&self.workload),
         ]);
-        parts.join("-") + &self.fio.slug() + &self.tuning.slug()
+        let mut id = parts.join("-") + &self.fio.slug() + &self.tuning.slug();
+        if !self.host.is_default() {
+            id.push_str(&format!("-on-{}", self.host));
+        }
+        id
     }
 
     /// The cell's dimensions by name (snake_case, usable as a metric label), in cell-id order.
@@ -313,6 +387,7 @@ impl Cell {
             ("iothread", self.tuning.iothread.to_string()),
             ("queues", opt_string(self.tuning.queues)),
             ("pin", self.tuning.pin.to_string()),
+            ("host", self.host.to_string()),
         ]
     }
 
@@ -331,6 +406,9 @@ impl Cell {
         }
         if self.layout != Layout::Raw {
             s.push_str(&format!("/{}", self.layout));
+        }
+        if !self.host.is_default() {
+            s = format!("{}:{s}", self.host);
         }
         s
     }
@@ -637,6 +715,7 @@ mod tests {
             workload: WorkloadId::FioFile("/x/my job<1>.fio".into()),
             fio: Default::default(),
             tuning: Default::default(),
+            host: HostName::default(),
         };
         let id = c.id();
         assert!(
@@ -647,6 +726,28 @@ mod tests {
         assert_eq!(
             id,
             "qemu-local-qcow2-virtio-blk-none-iouring-raw-file-my_job_1_"
+        );
+        let on_h2 = Cell {
+            host: "h2".parse().unwrap(),
+            ..c.clone()
+        };
+        assert_eq!(on_h2.id(), format!("{id}-on-h2"));
+        assert!(on_h2.label().starts_with("h2:"), "{}", on_h2.label());
+        assert!(on_h2.dimensions().contains(&("host", "h2".into())));
+        assert!("H2".parse::<HostName>().is_err() && "a/b".parse::<HostName>().is_err());
+    }
+
+    /// A cell stored before hosts existed has no `host`: it loads as the default host and
+    /// keeps its id.
+    #[test]
+    fn old_cells_load_as_the_default_host() {
+        let old = r#"{"hypervisor":"qemu","xen_mode":null,"backend":"local","format":"raw",
+            "bus":"virtio-blk","cache":"none","io":"native","layout":"raw","workload":"pg-randrw"}"#;
+        let c: Cell = serde_json::from_str(old).unwrap();
+        assert!(c.host.is_default());
+        assert_eq!(
+            c.id(),
+            "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw"
         );
     }
 }
@@ -668,6 +769,7 @@ mod sweep_tests {
             workload: WorkloadId::Preset("pg-randrw".into()),
             fio: FioOverrides::default(),
             tuning: DiskTuning::default(),
+            host: HostName::default(),
         }
     }
 

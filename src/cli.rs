@@ -198,6 +198,11 @@ pub struct MatrixArgs {
     /// `kvm=qemu+ssh://host1/system`. [default: qemu:///system; xen:///system for xen]
     #[arg(long)]
     pub connect: Vec<String>,
+    /// A libvirt host to run every cell on, NAME=URI (repeatable), e.g.
+    /// `h2=qemu+ssh://root@h2/system`; cells on different hosts run at the same time.
+    /// [default: one host, local, with --connect's URIs]
+    #[arg(long = "host", value_name = "NAME=URI")]
+    pub hosts: Vec<String>,
     /// Drop cells matching DIM=VALUE[,DIM=VALUE...] (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
@@ -546,6 +551,9 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     for spec in &a.connect {
         apply_connect(&mut c, spec)?;
     }
+    for spec in &a.hosts {
+        apply_host(&mut c, spec)?;
+    }
     for r in &a.exclude {
         c.exclude
             .push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
@@ -628,6 +636,23 @@ fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
         }
         None => Ok(()),
     }
+}
+
+/// `--host NAME=URI`: a name twice is an error, not a silent override.
+fn apply_host(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
+    let (name, uri) = spec
+        .split_once('=')
+        .filter(|(_, uri)| uri.contains("://"))
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "--host {spec}: expected NAME=URI, e.g. h2=qemu+ssh://root@h2/system"
+            ))
+        })?;
+    let name: crate::cell::HostName = name.parse()?;
+    if c.hosts.insert(name.clone(), uri.to_string()).is_some() {
+        return Err(CliError::Usage(format!("--host {name} given twice")));
+    }
+    Ok(())
 }
 
 fn apply_connect(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
@@ -809,5 +834,35 @@ mod tests {
         let c = args(&["--connect", "qemu+tcp://h3/system?x=1"]).unwrap();
         assert_eq!(c.uri(Hypervisor::Kvm), "qemu+tcp://h3/system?x=1");
         assert!(args(&["--connect", "vmware=esx://h"]).is_err());
+    }
+
+    #[test]
+    fn hosts_by_name() {
+        let c = args(&[
+            "--host",
+            "local=qemu:///system",
+            "--host",
+            "h2=qemu+tcp://h2/system",
+        ])
+        .unwrap();
+        let names: Vec<String> = c.host_names().iter().map(|h| h.to_string()).collect();
+        assert_eq!(names, ["h2", "local"]);
+        assert_eq!(
+            c.host_uri(&"h2".parse().unwrap(), Hypervisor::Kvm),
+            "qemu+tcp://h2/system"
+        );
+        assert_eq!(args(&[]).unwrap().host_names(), [Default::default()]);
+        for bad in [
+            &["--host", "h2"][..],
+            &["--host", "H2=qemu:///system"],
+            &[
+                "--host",
+                "a=qemu:///system",
+                "--host",
+                "a=qemu+tcp://x/system",
+            ],
+        ] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -18,6 +18,7 @@ fn cell(backend: Backend, format: Format) -> Cell {
         workload: WorkloadId::Preset("pg-randrw".into()),
         fio: Default::default(),
         tuning: Default::default(),
+        host: Default::default(),
     }
 }
 

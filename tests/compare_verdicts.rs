@@ -21,6 +21,7 @@ fn cell(backend: Backend) -> Cell {
         workload: WorkloadId::Preset("pg-randrw".into()),
         fio: Default::default(),
         tuning: Default::default(),
+        host: Default::default(),
     }
 }
 

@@ -39,6 +39,7 @@ fn run_record() -> RunRecord {
             workload: WorkloadId::Preset("pg-randrw".into()),
             fio: Default::default(),
             tuning: Default::default(),
+            host: Default::default(),
         };
         let passed = outcome == Outcome::Passed;
         CellResult {

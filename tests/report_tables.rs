@@ -30,6 +30,7 @@ fn cell(backend: Backend, format: Format, workload: WorkloadId) -> Cell {
         workload,
         fio: Default::default(),
         tuning: Default::default(),
+        host: Default::default(),
     }
 }
 

@@ -38,6 +38,7 @@ fn big_cell(i: usize) -> CellResult {
         workload: WorkloadId::Preset("pg-randrw".into()),
         fio: Default::default(),
         tuning: Default::default(),
+        host: Default::default(),
     };
     let metrics = (0..METRICS_PER_CELL)
         .map(|k| {

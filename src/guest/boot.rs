@@ -11,7 +11,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-/// How long QEMU may take to create the channel socket once the domain started.
+/// How long QEMU may take to set the agent channel up once the domain started.
 const CHANNEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Console lines quoted in a boot failure.
 const TAIL_LINES: usize = 10;
@@ -59,7 +59,7 @@ pub async fn boot_and_hello(
     let xml = domain_xml::render(spec)?;
     let domain = conn.start_transient(&xml)?;
     let hello = async {
-        let c = Channel::connect(&spec.channel_socket, CHANNEL_TIMEOUT).await?;
+        let c = Channel::open(conn, &domain, CHANNEL_TIMEOUT).await?;
         Guest::hello(c, boot_timeout).await
     };
     let r = tokio::select! {

@@ -1,9 +1,8 @@
 //! The directories a guest's files live in. libvirt runs QEMU as `libvirt-qemu`, which must
-//! reach disk images through every directory of their path (o+x) and must own the directory it
-//! binds the agent socket in.
+//! reach disk images through every directory of their path (o+x).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Creates `p` (and its parents) with `mode`.
 pub fn make_dir(p: &Path, mode: u32) -> std::io::Result<()> {
@@ -17,17 +16,6 @@ pub fn make_work_dir(p: &Path) -> std::io::Result<()> {
     make_dir(p, 0o711)
 }
 
-/// `parent/chan`, the agent socket's directory: QEMU binds the socket itself, so the directory
-/// belongs to `libvirt-qemu` (when that user exists) and is private to it (0700).
-pub fn make_channel_dir(parent: &Path) -> std::io::Result<PathBuf> {
-    let d = std::path::absolute(parent.join("chan"))?;
-    make_dir(&d, 0o700)?;
-    if let Ok(Some(u)) = nix::unistd::User::from_name("libvirt-qemu") {
-        nix::unistd::chown(&d, Some(u.uid), Some(u.gid)).map_err(std::io::Error::from)?;
-    }
-    Ok(d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,8 +27,5 @@ mod tests {
         make_work_dir(&w).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&w), 0o711);
-        let c = make_channel_dir(&w).unwrap();
-        assert_eq!(c, w.join("chan"));
-        assert_eq!(mode(&c), 0o700);
     }
 }

@@ -174,10 +174,9 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         return Err(DomainXmlError::Rule(SkipReason::XenQemuTuning));
     }
     let console_log = abs_path("console_log", &spec.console_log)?;
-    let channel_socket = abs_path("channel_socket", &spec.channel_socket)?;
     let devices = match xen_mode {
-        Some(mode) => xen_devices(&spec.disk, mode, console_log, channel_socket)?,
-        None => qemu_devices(&spec.disk, console_log, channel_socket)?,
+        Some(mode) => xen_devices(&spec.disk, mode, console_log)?,
+        None => qemu_devices(&spec.disk, console_log)?,
     };
     Ok(Domain {
         kind: match spec.hypervisor {
@@ -287,11 +286,10 @@ fn features(xen_mode: Option<XenMode>) -> Option<Features> {
 fn qemu_devices<'a>(
     disk: &'a DiskSpec,
     console_log: &'a str,
-    channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     rules::check_disk(Hypervisor::Qemu, disk)?;
     if let DiskSource::SharedDir { socket, .. } = &disk.source {
-        return shared_dir_devices(socket, console_log, channel_socket);
+        return shared_dir_devices(socket, console_log);
     }
     check_serial(&disk.serial)?;
     let (kind, source) = source(&disk.source)?;
@@ -335,7 +333,7 @@ fn qemu_devices<'a>(
         }),
         serial: Some(file_serial(console_log)),
         console: None,
-        channel: agent_channel(channel_socket, "virtio"),
+        channel: agent_channel("virtio"),
         memballoon: Some(Memballoon { model: "none" }),
     })
 }
@@ -346,7 +344,6 @@ fn xen_devices<'a>(
     disk: &'a DiskSpec,
     mode: XenMode,
     console_log: &'a str,
-    channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     let datapath = rules::check_disk(Hypervisor::Xen, disk)?.unwrap_or(Datapath::Qdisk);
     if disk.iotune.is_some() {
@@ -391,7 +388,7 @@ fn xen_devices<'a>(
         controller: None,
         serial,
         console,
-        channel: agent_channel(channel_socket, "xen"),
+        channel: agent_channel("xen"),
         // libvirt adds the Xen balloon itself; `none` is a QEMU notion.
         memballoon: None,
     })
@@ -402,7 +399,6 @@ fn xen_devices<'a>(
 fn shared_dir_devices<'a>(
     socket: &'a Path,
     console_log: &'a str,
-    channel_socket: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     Ok(Devices {
         disk: None,
@@ -419,7 +415,7 @@ fn shared_dir_devices<'a>(
         }),
         serial: Some(file_serial(console_log)),
         console: None,
-        channel: agent_channel(channel_socket, "virtio"),
+        channel: agent_channel("virtio"),
         memballoon: Some(Memballoon { model: "none" }),
     })
 }
@@ -441,11 +437,17 @@ fn file_serial(path: &str) -> Serial<'_> {
     }
 }
 
-/// The agent's channel: a unix socket libvirt's side listens on.
-fn agent_channel<'a>(path: &'a str, target: &'static str) -> Channel<'a> {
+/// The agent's channel, reached through the libvirt connection (`virDomainOpenChannel`), so it
+/// names no path vmbench connects to. QEMU: a unix socket whose path libvirt picks on the
+/// libvirt host; libxl opens only pty channels.
+fn agent_channel(target: &'static str) -> Channel {
+    let (kind, mode) = match target {
+        "xen" => ("pty", None),
+        _ => ("unix", Some("bind")),
+    };
     Channel {
-        kind: "unix",
-        source: ChannelSource { mode: "bind", path },
+        kind,
+        source: ChannelSource { mode },
         target: ChannelTarget {
             kind: target,
             name: vmbench_proto::PORT_NAME,
@@ -727,7 +729,7 @@ struct Devices<'a> {
     serial: Option<Serial<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     console: Option<Console>,
-    channel: Channel<'a>,
+    channel: Channel,
     #[serde(skip_serializing_if = "Option::is_none")]
     memballoon: Option<Memballoon>,
 }
@@ -906,19 +908,17 @@ struct ConsoleTarget {
 }
 
 #[derive(Serialize)]
-struct Channel<'a> {
+struct Channel {
     #[serde(rename = "@type")]
     kind: &'static str,
-    source: ChannelSource<'a>,
+    source: ChannelSource,
     target: ChannelTarget,
 }
 
 #[derive(Serialize)]
-struct ChannelSource<'a> {
-    #[serde(rename = "@mode")]
-    mode: &'static str,
-    #[serde(rename = "@path")]
-    path: &'a str,
+struct ChannelSource {
+    #[serde(rename = "@mode", skip_serializing_if = "Option::is_none")]
+    mode: Option<&'static str>,
 }
 
 #[derive(Serialize)]

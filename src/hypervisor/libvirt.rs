@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use virt::connect::Connect;
 use virt::domain::Domain;
+use virt::stream::Stream;
 use virt::sys;
 
 /// A libvirt failure, with what vmbench was doing.
@@ -74,6 +75,12 @@ impl Libvirt {
     /// Opens `uri`. libvirt's default error printer is silenced: errors come back as values.
     pub fn connect(uri: &str) -> Result<Libvirt, LibvirtError> {
         virt::error::clear_error_callback();
+        // Before the first connection: the client registers its socket with the loop on open.
+        event_loop().map_err(|message| LibvirtError::Connect {
+            uri: uri.to_string(),
+            message,
+            hint: String::new(),
+        })?;
         match Connect::open(Some(uri)) {
             Ok(conn) => Ok(Libvirt {
                 conn,
@@ -92,9 +99,20 @@ impl Libvirt {
         &self.uri
     }
 
+    /// True when the libvirt host is this machine (the URI names no host): only then do
+    /// QEMU's pid and `/proc` figures mean anything here.
+    pub fn is_local(&self) -> bool {
+        is_local_uri(&self.uri)
+    }
+
     /// True while the connection answers (false after libvirtd restarted).
     pub fn is_alive(&self) -> bool {
         self.conn.is_alive().unwrap_or(false)
+    }
+
+    /// The libvirt host's name, as that host reports it.
+    pub fn hostname(&self) -> String {
+        self.conn.get_hostname().unwrap_or_default()
     }
 
     /// (libvirt version, hypervisor driver version) as dotted strings.
@@ -117,6 +135,7 @@ impl Libvirt {
         Ok(RunningDomain {
             dom: std::sync::Mutex::new(Some(dom)),
             name,
+            remote: (!self.is_local()).then(|| self.uri.clone()),
         })
     }
 
@@ -166,6 +185,8 @@ impl Libvirt {
 pub struct RunningDomain {
     dom: std::sync::Mutex<Option<Domain>>,
     name: String,
+    /// The URI of the libvirt host when it is not this machine.
+    remote: Option<String>,
 }
 
 impl RunningDomain {
@@ -212,8 +233,20 @@ impl RunningDomain {
         })
     }
 
-    /// The QEMU process id, from libvirt's pid file (qemu:///system layout).
+    /// Why `/proc` figures of this domain's QEMU cannot be taken here, when they cannot: QEMU
+    /// runs on another libvirt host.
+    pub fn not_local(&self) -> Option<String> {
+        self.remote
+            .as_ref()
+            .map(|uri| format!("QEMU runs on the libvirt host {uri}, not here"))
+    }
+
+    /// The QEMU process id, from libvirt's pid file (qemu:///system layout); `None` for a remote
+    /// host, whose pids mean nothing in this machine's /proc.
     pub fn qemu_pid(&self) -> Option<u32> {
+        if self.remote.is_some() {
+            return None;
+        }
         let p = PathBuf::from("/run/libvirt/qemu").join(format!("{}.pid", self.name));
         std::fs::read_to_string(p).ok()?.trim().parse().ok()
     }
@@ -263,6 +296,18 @@ impl Drop for RunningDomain {
     }
 }
 
+/// A URI without a host part (`qemu:///system`, `qemu+unix:///system`) reaches the libvirtd of
+/// this machine. Any host, even 127.0.0.1, may be another namespace or machine: not local.
+pub fn is_local_uri(uri: &str) -> bool {
+    match uri.split_once("://") {
+        Some((scheme, rest)) => {
+            let transport = scheme.split_once('+').map(|(_, t)| t);
+            rest.starts_with('/') && matches!(transport, None | Some("unix"))
+        }
+        None => false,
+    }
+}
+
 fn dotted(v: u32) -> String {
     format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000)
 }
@@ -289,11 +334,145 @@ fn connect_hint(uri: &str, msg: &str) -> String {
     String::new()
 }
 
+/// Starts libvirt's client event loop once per process, on its own thread. A non-blocking
+/// stream (the agent channel) only receives data while the loop runs, since the loop is what
+/// reads the connection's socket between calls.
+fn event_loop() -> Result<(), String> {
+    static STARTED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    STARTED
+        .get_or_init(|| {
+            virt::event::event_register_default_impl()
+                .map_err(|e| format!("registering libvirt's event loop: {}", e.message()))?;
+            std::thread::Builder::new()
+                .name("libvirt-events".into())
+                .spawn(|| loop {
+                    if virt::event::event_run_default_impl().is_err() {
+                        // Only fails when the loop itself is broken; do not spin on it.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                })
+                .map(|_| ())
+                .map_err(|e| format!("starting libvirt's event loop thread: {e}"))
+        })
+        .clone()
+}
+
+/// A guest channel opened through the connection (`virDomainOpenChannel`), non-blocking: the
+/// bytes travel over the libvirt connection, so the channel works for any URI, local or remote.
+/// Dropping it aborts the stream.
+pub struct AgentStream {
+    stream: Option<Stream>,
+}
+
+/// One non-blocking transfer on an [`AgentStream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// This many bytes moved (0 on receive: the guest side closed).
+    Bytes(usize),
+    /// Nothing can move now; try again later.
+    WouldBlock,
+}
+
+impl AgentStream {
+    fn ptr(&self) -> Result<sys::virStreamPtr, LibvirtError> {
+        self.stream
+            .as_ref()
+            .map(Stream::as_ptr)
+            .ok_or_else(|| LibvirtError::Call {
+                action: "agent channel".into(),
+                message: "stream already closed".into(),
+            })
+    }
+
+    /// Receives what has arrived, up to `buf.len()` bytes, without waiting.
+    pub fn try_recv(&self, buf: &mut [u8]) -> Result<Transfer, LibvirtError> {
+        let ptr = self.ptr()?;
+        // SAFETY: `ptr` is a live stream owned by `self`; `buf` is valid for `buf.len()` bytes.
+        // The crate's `recv` folds -2 (would block) into an error, hence the direct call.
+        let n = unsafe { sys::virStreamRecv(ptr, buf.as_mut_ptr().cast(), buf.len()) };
+        transfer(n, "receive on the agent channel")
+    }
+
+    /// Sends up to `data.len()` bytes without waiting.
+    pub fn try_send(&self, data: &[u8]) -> Result<Transfer, LibvirtError> {
+        let ptr = self.ptr()?;
+        // SAFETY: as in `try_recv`; libvirt only reads `data`.
+        let n = unsafe { sys::virStreamSend(ptr, data.as_ptr().cast(), data.len()) };
+        transfer(n, "send on the agent channel")
+    }
+}
+
+fn transfer(n: i32, action: &str) -> Result<Transfer, LibvirtError> {
+    match n {
+        -2 => Ok(Transfer::WouldBlock),
+        n if n >= 0 => Ok(Transfer::Bytes(n as usize)),
+        _ => Err(LibvirtError::Call {
+            action: action.into(),
+            message: virt::error::Error::last_error().message().to_string(),
+        }),
+    }
+}
+
+impl Drop for AgentStream {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            // Fails only when the stream already ended (guest gone); it is freed either way.
+            let _ = s.abort();
+        }
+    }
+}
+
 impl Libvirt {
+    /// Opens the domain's channel `name` as a non-blocking stream over this connection. Fails
+    /// while QEMU has not set the channel up yet; the caller retries.
+    pub fn open_channel(
+        &self,
+        dom: &RunningDomain,
+        name: &str,
+    ) -> Result<AgentStream, LibvirtError> {
+        let stream = Stream::new(&self.conn, sys::VIR_STREAM_NONBLOCK)
+            .map_err(call_err("create a stream"))?;
+        let guard = dom.lock();
+        let d = guard.as_ref().ok_or_else(|| LibvirtError::Call {
+            action: "open the agent channel".into(),
+            message: "domain is gone".into(),
+        })?;
+        d.open_channel(Some(name), &stream, 0)
+            .map_err(call_err(format!("open channel {name}")))?;
+        Ok(AgentStream {
+            stream: Some(stream),
+        })
+    }
+
     /// The host capabilities XML.
     pub fn capabilities(&self) -> Result<String, LibvirtError> {
         self.conn
             .get_capabilities()
             .map_err(call_err("read capabilities"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_host_less_uris_are_local() {
+        for uri in [
+            "qemu:///system",
+            "qemu:///session",
+            "qemu+unix:///system",
+            "xen:///system",
+        ] {
+            assert!(super::is_local_uri(uri), "{uri}");
+        }
+        for uri in [
+            "qemu+ssh://host1/system",
+            "qemu+tcp://10.0.0.2/system",
+            "qemu+tcp://127.0.0.1/system",
+            "qemu://host/system",
+            "qemu+ssh:///system",
+            "garbage",
+        ] {
+            assert!(!super::is_local_uri(uri), "{uri}");
+        }
     }
 }

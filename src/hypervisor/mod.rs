@@ -41,8 +41,6 @@ pub struct DomainSpec {
     pub cmdline: String,
     /// Serial console written to this file (kept as an artifact).
     pub console_log: PathBuf,
-    /// The agent channel's unix socket (QEMU listens, vmbench connects).
-    pub channel_socket: PathBuf,
     /// The disk under test.
     pub disk: DiskSpec,
     /// Run id, recorded in the metadata marker.
@@ -98,8 +96,6 @@ pub struct GuestFiles {
     pub initrd: PathBuf,
     /// Serial console log.
     pub console_log: PathBuf,
-    /// The agent channel's unix socket.
-    pub channel_socket: PathBuf,
 }
 
 /// A guest's size.
@@ -150,7 +146,6 @@ impl DomainSpec {
             initrd: files.initrd,
             cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
             console_log: files.console_log,
-            channel_socket: files.channel_socket,
             disk: DiskSpec::for_cell(cell, source),
             run_id: run_id.to_string(),
             cell_id: cell.id(),

@@ -181,7 +181,6 @@ mod tests {
             kernel: "/i/vmlinuz".into(),
             initrd: "/i/initrd".into(),
             console_log: "/r/console.log".into(),
-            channel_socket: "/r/chan/agent.sock".into(),
         };
         let size = Sizing {
             vcpus: 1,

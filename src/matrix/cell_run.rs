@@ -185,9 +185,7 @@ impl CellCtx<'_, '_> {
 
     /// The domain's definition, written with the job files into the cell directory.
     fn define(&mut self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
-        let sock_dir = crate::guest::dirs::make_channel_dir(&self.work)
-            .map_err(CellError::host_io("creating the agent socket directory"))?;
-        let mut spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir, &sock_dir);
+        let mut spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir);
         if self.cell.tuning.pin == crate::cell::Pin::On {
             let pinning = crate::hypervisor::pinning::host_plan(spec.vcpus)
                 .map_err(|e| CellError::Config(e.to_string()))?;
@@ -266,6 +264,7 @@ impl CellCtx<'_, '_> {
             qemu_pid: (hv != Hypervisor::Xen).then(|| b.dom.qemu_pid()).flatten(),
             server_pid: self.env.server.map(|s| s.1),
             server_name: self.env.server.map(|s| s.0),
+            not_local: b.dom.not_local(),
         };
         let window = plan.steps.window;
         let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -589,14 +588,12 @@ fn domain_spec(
     seq: usize,
     disk: &ProvisionedDisk,
     dir: &Path,
-    sock_dir: &Path,
 ) -> DomainSpec {
     let cfg = env.cfg;
     let files = GuestFiles {
         kernel: env.image.kernel.clone(),
         initrd: env.image.initrd.clone(),
         console_log: absolute(&dir.join("console.log")),
-        channel_socket: sock_dir.join("agent.sock"),
     };
     let size = Sizing {
         vcpus: cfg.vcpus,

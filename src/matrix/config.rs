@@ -91,6 +91,9 @@ pub struct MatrixConfig {
     /// libvirt URI per hypervisor (`kvm = "qemu+ssh://host1/system"`). Defaults:
     /// kvm/qemu `qemu:///system`, xen `xen:///system`.
     pub connect: BTreeMap<Hypervisor, String>,
+    /// The libvirt hosts cells run on, name = URI (`[hosts]`, `--host NAME=URI`). Empty: one
+    /// host, `local`, reached with `connect`'s URIs.
+    pub hosts: BTreeMap<crate::cell::HostName, String>,
     /// Rules that drop cells: each rule is dimension = value pairs that must all match.
     pub exclude: Vec<BTreeMap<String, String>>,
     /// When non-empty, only cells matching at least one rule run.
@@ -151,6 +154,7 @@ impl Default for MatrixConfig {
             boot_timeout: 60,
             probe: true,
             connect: BTreeMap::new(),
+            hosts: BTreeMap::new(),
             exclude: vec![],
             include: vec![],
             storage: StorageConfig::default(),
@@ -204,6 +208,24 @@ impl MatrixConfig {
             Hypervisor::Xen => "xen:///system".into(),
             _ => "qemu:///system".into(),
         })
+    }
+
+    /// The hosts cells run on: the `[hosts]` names, or the default host alone.
+    pub fn host_names(&self) -> Vec<crate::cell::HostName> {
+        if self.hosts.is_empty() {
+            vec![crate::cell::HostName::default()]
+        } else {
+            self.hosts.keys().cloned().collect()
+        }
+    }
+
+    /// The libvirt URI of a hypervisor on a host. A named host's URI serves KVM and QEMU (one
+    /// libvirtd); the default host without a `[hosts]` entry uses `connect`.
+    pub fn host_uri(&self, host: &crate::cell::HostName, hv: Hypervisor) -> String {
+        match self.hosts.get(host) {
+            Some(uri) if hv != Hypervisor::Xen => uri.clone(),
+            _ => self.uri(hv),
+        }
     }
 
     /// The I/O caps put on the disk under test, or `None` when uncapped.
@@ -529,6 +551,16 @@ mod tests {
         assert_eq!(c.uri(Hypervisor::Kvm), "qemu+ssh://h1/system");
         assert_eq!(c.uri(Hypervisor::Xen), "xen:///system");
         assert_eq!(c.storage.lvm_vg.as_deref(), Some("vg0"));
+    }
+
+    #[test]
+    fn hosts_table_parses_and_checks_names() {
+        let c = parse("[hosts]\nlocal = \"qemu:///system\"\nh2 = \"qemu+tcp://10.9.0.2/system\"\n")
+            .unwrap();
+        let names: Vec<String> = c.host_names().iter().map(|h| h.to_string()).collect();
+        assert_eq!(names, ["h2", "local"]);
+        let e = parse("[hosts]\n\"Bad Name\" = \"qemu:///system\"\n").unwrap_err();
+        assert!(e.contains("host name"), "{e}");
     }
 
     #[test]

@@ -72,7 +72,6 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> Result<DomainSpec, String>
         kernel: PathBuf::from("/IMAGE/vmlinuz"),
         initrd: PathBuf::from("/IMAGE/initrd.zst"),
         console_log: run.join(format!("cells/{i:03}/console.log")),
-        channel_socket: run.join(format!("work/cell-{i:03}/chan/agent.sock")),
     };
     let size = Sizing {
         vcpus: cfg.vcpus,

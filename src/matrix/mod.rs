@@ -82,6 +82,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             workload: workload.clone(),
                                             fio: Default::default(),
                                             tuning: Default::default(),
+                                            host: Default::default(),
                                         });
                                     }
                                 }
@@ -92,7 +93,8 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
             }
         }
     }
-    out.into_iter().flat_map(|c| sweep(c, cfg)).collect()
+    let swept: Vec<Cell> = out.into_iter().flat_map(|c| sweep(c, cfg)).collect();
+    on_hosts(swept, &cfg.host_names())
 }
 
 /// One cell per combination of the sweep dimensions (fio overrides, QEMU disk tuning); an
@@ -130,6 +132,19 @@ fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
     out
 }
 
+/// Every cell once per host, host-major: each host's cells keep the matrix's order.
+fn on_hosts(cells: Vec<Cell>, hosts: &[crate::cell::HostName]) -> Vec<Cell> {
+    hosts
+        .iter()
+        .flat_map(|h| {
+            cells.iter().map(move |c| Cell {
+                host: h.clone(),
+                ..c.clone()
+            })
+        })
+        .collect()
+}
+
 /// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured); the
 /// other layouts (ext4, xfs, part-ext4, lvm-ext4) are filesystems already.
 fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
@@ -143,12 +158,41 @@ fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
 
 /// Why a cell cannot exist at all (on any host), or `None`.
 pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
+    if let Some(r) = remote_reason(cell, cfg) {
+        return Some(r);
+    }
     // Only the kind of source matters to the rules, not the run's directories.
     let root = std::path::Path::new("/");
     let source = crate::storage::plan_source(&cfg.storage, cell, root, root);
     crate::hypervisor::check(cell, &source)
         .err()
         .map(|r| r.to_string())
+}
+
+/// What a cell on a remote libvirt host cannot use: the embedded NFS and iSCSI servers run on
+/// this machine only, and Xen is reached with its own URI on the default host only.
+fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
+    let uri = cfg.host_uri(&cell.host, cell.hypervisor);
+    if cell.hypervisor == Hypervisor::Xen && !cell.host.is_default() {
+        return Some(format!(
+            "xen cells run on the default host only (host {} is a QEMU/KVM libvirt host)",
+            cell.host
+        ));
+    }
+    if crate::hypervisor::libvirt::is_local_uri(&uri) {
+        return None;
+    }
+    let embedded = match cell.backend {
+        Backend::Nfs => cfg.storage.nfs.is_none() && cfg.storage.nfs_mount.is_none(),
+        Backend::Iscsi => cfg.storage.iscsi.is_none(),
+        _ => false,
+    };
+    embedded.then(|| {
+        format!(
+            "the embedded {} server is local-only; host {} ({uri}) needs an external server              (--{})",
+            cell.backend, cell.host, cell.backend
+        )
+    })
 }
 
 /// Rule keys and their checks: every key must be a dimension and every value one of its values.
@@ -168,12 +212,13 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
                 .and_then(|w| crate::workload::check(&w)),
             "iothread" => v.parse::<crate::cell::IoThread>().map(drop),
             "pin" => v.parse::<crate::cell::Pin>().map(drop),
+            "host" => v.parse::<crate::cell::HostName>().map(drop),
             "bs" | "iodepth" | "numjobs" | "rwmix" | "queues" => Ok(()),
             other => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
                      xen_mode, backend, format, bus, cache, io, layout, workload, bs, iodepth, numjobs, \
-                     rwmix, iothread, queues, pin)"
+                     rwmix, iothread, queues, pin, host)"
                 )))
             }
         };
@@ -345,5 +390,40 @@ mod tests {
         };
         let p = expand(&cfg);
         assert_eq!(p.cells[0].layout, Layout::Ext4);
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    /// Every cell runs once per host; a remote host refuses the embedded servers (with the
+    /// reason) but takes an external one.
+    #[test]
+    fn cells_per_host_and_embedded_servers_stay_local() {
+        let mut cfg = MatrixConfig {
+            backend: vec![Backend::Local, Backend::Nfs],
+            format: vec![crate::cell::Format::Raw],
+            ..MatrixConfig::default()
+        };
+        cfg.hosts
+            .insert("local".parse().unwrap(), "qemu:///system".into());
+        cfg.hosts
+            .insert("h2".parse().unwrap(), "qemu+tcp://10.9.0.2/system".into());
+        let plan = expand(&cfg);
+        let ids: Vec<String> = plan.cells.iter().map(Cell::id).collect();
+        assert_eq!(
+            ids,
+            [
+                "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw-on-h2",
+                "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw",
+                "qemu-nfs-raw-virtio-blk-none-native-raw-pg-randrw",
+            ]
+        );
+        let (skipped, why) = &plan.skipped[0];
+        assert_eq!(skipped.host.as_str(), "h2");
+        assert!(why.contains("embedded nfs server is local-only"), "{why}");
+        cfg.storage.nfs = Some("nfs://10.9.0.1/export".parse().unwrap());
+        assert!(expand(&cfg).skipped.is_empty());
     }
 }

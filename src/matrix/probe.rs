@@ -59,7 +59,6 @@ pub async fn boot_probe(
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(16 << 20))
         .map_err(io)?;
-    let chan = dirs::make_channel_dir(dir).map_err(io)?;
     // Not a matrix cell: a scratch raw file with the page cache, the gentlest datapath.
     let cell = Cell {
         hypervisor: hv,
@@ -73,12 +72,12 @@ pub async fn boot_probe(
         workload: WorkloadId::Preset("probe".into()),
         fio: Default::default(),
         tuning: Default::default(),
+        host: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),
         initrd: image.initrd.clone(),
         console_log: dir.join("console.log"),
-        channel_socket: chan.join("agent.sock"),
     };
     let size = Sizing {
         vcpus: 1,

@@ -78,16 +78,29 @@ pub enum Output {
     Line(String),
 }
 
+/// An event and the host whose cell sent it (`None`: the run itself, or the only host).
+type Tagged = (Option<std::sync::Arc<str>>, Output);
+
 /// The sending half; cheap to clone.
 #[derive(Clone)]
 pub struct Ui {
-    tx: mpsc::Sender<Output>,
+    tx: mpsc::Sender<Tagged>,
+    host: Option<std::sync::Arc<str>>,
 }
 
 impl Ui {
     /// Sends an event; a UI that already stopped is ignored.
     pub fn send(&self, o: Output) {
-        let _ = self.tx.send(o);
+        let _ = self.tx.send((self.host.clone(), o));
+    }
+
+    /// The same UI, for one host's cells when several hosts run at once: their phases and live
+    /// figures get a line (a spinner) of their own.
+    pub fn for_host(&self, host: &str) -> Ui {
+        Ui {
+            tx: self.tx.clone(),
+            host: Some(host.into()),
+        }
     }
 
     /// Sends a line.
@@ -104,7 +117,7 @@ pub fn start() -> (Ui, std::thread::JoinHandle<()>) {
         std::env::var_os("NO_COLOR").as_deref(),
     );
     let handle = std::thread::spawn(move || if fancy { draw_bars(rx) } else { draw_plain(rx) });
-    (Ui { tx }, handle)
+    (Ui { tx, host: None }, handle)
 }
 
 /// Bars only on a terminal and without NO_COLOR (no-color.org: set and not empty).
@@ -119,6 +132,16 @@ struct Plain {
 }
 
 impl Plain {
+    /// The line for a host's `o`: phase and live lines name the host, since hosts interleave.
+    fn tagged(&mut self, host: Option<&str>, o: Output, now: std::time::Instant) -> Option<String> {
+        let indented = matches!(o, Output::Phase(_) | Output::Live { .. });
+        let l = self.line(o, now)?;
+        Some(match host {
+            Some(h) if indented => format!("  {h}:{}", l.trim_start()),
+            _ => l,
+        })
+    }
+
     /// The line for `o`, if it gets one.
     fn line(&mut self, o: Output, now: std::time::Instant) -> Option<String> {
         Some(match o {
@@ -150,19 +173,19 @@ impl Plain {
     }
 }
 
-fn draw_plain(rx: mpsc::Receiver<Output>) {
+fn draw_plain(rx: mpsc::Receiver<Tagged>) {
     let mut p = Plain {
         total: 0,
         last_live: None,
     };
-    for o in rx {
-        if let Some(l) = p.line(o, std::time::Instant::now()) {
+    for (host, o) in rx {
+        if let Some(l) = p.tagged(host.as_deref(), o, std::time::Instant::now()) {
             eprintln!("{l}");
         }
     }
 }
 
-fn draw_bars(rx: mpsc::Receiver<Output>) {
+fn draw_bars(rx: mpsc::Receiver<Tagged>) {
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
     let matrix = multi.add(ProgressBar::new(0));
     matrix.set_style(
@@ -171,14 +194,19 @@ fn draw_bars(rx: mpsc::Receiver<Output>) {
             .progress_chars("=> "),
     );
     matrix.set_prefix("matrix");
-    let cell = multi.add(ProgressBar::new_spinner());
-    cell.set_style(
-        ProgressStyle::with_template("{spinner} {prefix} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    cell.enable_steady_tick(Duration::from_millis(200));
-    let mut phase = "";
-    for o in rx {
+    // One spinner line per host (the run's own events use the unnamed one).
+    let mut lines: std::collections::BTreeMap<Option<std::sync::Arc<str>>, (ProgressBar, &str)> =
+        std::collections::BTreeMap::new();
+    for (host, o) in rx {
+        let (cell, phase) = lines.entry(host).or_insert_with(|| {
+            let b = multi.add(ProgressBar::new_spinner());
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {prefix} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            (b, "")
+        });
         match o {
             Output::Start { total, .. } => matrix.set_length(total),
             Output::CellStart { label, .. } => {
@@ -186,7 +214,7 @@ fn draw_bars(rx: mpsc::Receiver<Output>) {
                 cell.set_message("");
             }
             Output::Phase(p) => {
-                phase = p.as_str();
+                *phase = p.as_str();
                 cell.set_message(phase.to_string());
             }
             Output::Live {
@@ -204,7 +232,9 @@ fn draw_bars(rx: mpsc::Receiver<Output>) {
             }
         }
     }
-    cell.finish_and_clear();
+    for (cell, _) in lines.values() {
+        cell.finish_and_clear();
+    }
     matrix.finish();
 }
 
@@ -268,5 +298,11 @@ mod tests {
         assert_eq!(l(end, 12).as_deref(), Some("[2/4] qemu/local/raw: passed"));
         let plain = l(Output::Line("x".into()), 12).unwrap();
         assert!(!plain.contains('\x1b'), "no escape codes in plain output");
+        // Several hosts: a host's phase line names it.
+        assert_eq!(
+            p.tagged(Some("h2"), Output::Phase(Phase::Run), t0)
+                .as_deref(),
+            Some("  h2:phase: run")
+        );
     }
 }

@@ -202,6 +202,7 @@ mod tests {
             workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
             fio: Default::default(),
             tuning: Default::default(),
+            host: Default::default(),
         };
         CellResult {
             cell_id: cell.id(),

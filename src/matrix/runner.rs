@@ -9,7 +9,7 @@ use super::config::MatrixConfig;
 use super::progress::{Output, Ui};
 use super::repeat::{Repeat, Stop, StopRule};
 use super::{expand, Plan};
-use crate::cell::{Cell, Hypervisor};
+use crate::cell::{Cell, HostName, Hypervisor};
 use crate::hypervisor::libvirt::Libvirt;
 use crate::image::{ImageInfo, ImageRequest};
 use crate::results::rundir::RunDir;
@@ -20,7 +20,8 @@ use crate::storage::servers::{OpenError, Servers};
 use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How to run (beyond the matrix itself).
 pub struct RunOptions {
@@ -78,7 +79,7 @@ pub async fn run(
     ui: Ui,
     cancel: Arc<Cancel>,
 ) -> anyhow::Result<FinishedRun> {
-    let mut ctx = RunCtx::open(cfg, &opts, ui, cancel)?;
+    let ctx = RunCtx::open(cfg, &opts, ui, cancel)?;
     let plan = expand(&ctx.cfg);
     ctx.record_skipped(&plan)?;
     let mut hosts = ctx.prepare(&opts, &plan).await?;
@@ -88,14 +89,16 @@ pub async fn run(
     ctx.close(hosts, looped)
 }
 
-/// A run between `open` and `close`: its directory, record and store.
+/// A run between `open` and `close`: its directory, record and store. Shared by the hosts'
+/// loops, which run on their own threads: the record and the store are behind locks.
 struct RunCtx {
     cfg: MatrixConfig,
     ui: Ui,
     cancel: Arc<Cancel>,
     rundir: RunDir,
-    record: RunRecord,
-    store: Store,
+    run_id: String,
+    record: Mutex<RunRecord>,
+    store: Mutex<Store>,
     host: String,
     /// Cells (id, repeat) that already have a result (on `--resume`).
     done: BTreeSet<(String, u32)>,
@@ -107,15 +110,55 @@ struct Hosts {
     shared: Shared,
     /// Keeps `vmbench image prune` off the image while the run lives.
     _image_in_use: crate::image::prune::InUse,
-    servers: Servers,
-    conns: BTreeMap<Hypervisor, Result<Libvirt, String>>,
+    /// The embedded servers, on this machine, for the local hosts' cells.
+    servers: Mutex<Servers>,
+    conns: Conns,
 }
+
+/// A connection (or the reason there is none) per host and hypervisor.
+type Conns = BTreeMap<(HostName, Hypervisor), Result<Libvirt, String>>;
 
 /// The parts of [`Hosts`] every cell reads.
 struct Shared {
     image: ImageInfo,
     work: PathBuf,
     prov: Provenance,
+}
+
+/// What one host's loop works with: its own connections, and what all hosts share.
+struct HostRun<'a> {
+    /// The UI, tagged with the host when several run.
+    ui: Ui,
+    plan: &'a Plan,
+    conns: BTreeMap<Hypervisor, Result<Libvirt, String>>,
+    shared: &'a Shared,
+    servers: &'a Mutex<Servers>,
+    counters: &'a Counters,
+}
+
+/// Cell-run numbers handed out across the hosts' loops.
+struct Counters {
+    /// The next cell directory's sequence number.
+    seq: AtomicUsize,
+    /// Cell runs started in this invocation.
+    n: AtomicU64,
+}
+
+/// A lock whose holder panicked still guards consistent data here (each critical section is one
+/// push or one write): take it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The connections of each host.
+fn split_by_host(
+    conns: Conns,
+) -> BTreeMap<HostName, BTreeMap<Hypervisor, Result<Libvirt, String>>> {
+    let mut out: BTreeMap<HostName, BTreeMap<_, _>> = BTreeMap::new();
+    for ((host, hv), c) in conns {
+        out.entry(host).or_default().insert(hv, c);
+    }
+    out
 }
 
 /// One cell run of the loop.
@@ -161,8 +204,9 @@ impl RunCtx {
             ui,
             cancel,
             rundir,
-            record,
-            store,
+            run_id: record.run_id.clone(),
+            record: Mutex::new(record),
+            store: Mutex::new(store),
             host,
             done,
             _lock: lock,
@@ -171,10 +215,11 @@ impl RunCtx {
 
     /// A result, durably: the store first (it may live on another disk than the run
     /// directory), then run.json.
-    fn persist(&mut self, r: CellResult) -> anyhow::Result<()> {
-        self.store.record_cell(&self.record.run_id, &r)?;
-        self.record.cells.push(r);
-        self.rundir.save(&self.record).context("writing run.json")?;
+    fn persist(&self, r: CellResult) -> anyhow::Result<()> {
+        lock(&self.store).record_cell(&self.run_id, &r)?;
+        let mut record = lock(&self.record);
+        record.cells.push(r);
+        self.rundir.save(&record).context("writing run.json")?;
         Ok(())
     }
 
@@ -187,15 +232,18 @@ impl RunCtx {
     }
 
     /// The stored repeats of a cell, and `extra` (the one just run).
-    fn history<'a>(&'a self, cell_id: &str, extra: Option<&'a CellResult>) -> Vec<&'a CellResult> {
-        let stored = self.record.cells.iter().filter(|c| c.cell_id == cell_id);
-        stored.chain(extra).collect()
+    fn history(&self, cell_id: &str, extra: Option<&CellResult>) -> Vec<CellResult> {
+        let record = lock(&self.record);
+        let stored = record.cells.iter().filter(|c| c.cell_id == cell_id);
+        stored.chain(extra).cloned().collect()
     }
 
     /// True when `--repeat auto` needs no more repeats of this cell.
     fn settled(&self, cell_id: &str) -> bool {
-        self.stop_rule()
-            .is_some_and(|r| r.decide(&self.history(cell_id, None)) != Stop::Continue)
+        self.stop_rule().is_some_and(|r| {
+            let h = self.history(cell_id, None);
+            r.decide(&h.iter().collect::<Vec<_>>()) != Stop::Continue
+        })
     }
 
     /// `--repeat auto`: when `result` is a cell's last repeat, records on it whether the cell
@@ -206,7 +254,7 @@ impl RunCtx {
         };
         let history = self.history(&result.cell_id, Some(result));
         let n = history.len();
-        let (converged, cv) = match rule.decide(&history) {
+        let (converged, cv) = match rule.decide(&history.iter().collect::<Vec<_>>()) {
             Stop::Continue | Stop::NotRunnable => return,
             Stop::Converged(cv) => (true, Some(cv)),
             Stop::Exhausted(cv) => (false, cv),
@@ -229,7 +277,7 @@ impl RunCtx {
     }
 
     /// Cells the plan skipped are results too.
-    fn record_skipped(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn record_skipped(&self, plan: &Plan) -> anyhow::Result<()> {
         for (cell, reason) in &plan.skipped {
             if !self.done.contains(&(cell.id(), 0)) {
                 self.ui.line(format!("skipped {}: {reason}", cell.label()));
@@ -255,8 +303,7 @@ impl RunCtx {
             image.id,
             image.initrd_bytes / 1024
         ));
-        let run_id = &self.record.run_id;
-        let work = opts.work_root.join(run_id);
+        let work = opts.work_root.join(&self.run_id);
         crate::guest::dirs::make_work_dir(&opts.work_root)?;
         crate::guest::dirs::make_work_dir(&work)?;
         // Cleanup finds the work dir of a crashed run through this file.
@@ -273,39 +320,96 @@ impl RunCtx {
         Ok(Hosts {
             shared: Shared { image, work, prov },
             _image_in_use: in_use,
-            servers,
+            servers: Mutex::new(servers),
             conns,
         })
     }
 
-    /// Every cell not done yet, in the plan's order, until done or interrupted.
-    async fn run_cells(&mut self, plan: &Plan, hosts: &mut Hosts) -> anyhow::Result<()> {
+    /// Every cell not done yet, in the plan's order, until done or interrupted. Each host runs
+    /// its cells one at a time on its own thread (a host's blocking libvirt or storage call
+    /// never holds up another host); the hosts run at the same time.
+    async fn run_cells(&self, plan: &Plan, hosts: &mut Hosts) -> anyhow::Result<()> {
         let todo: Vec<(usize, u32)> = plan
             .order
             .iter()
             .copied()
-            .filter(|(i, r)| !self.done.contains(&(plan.cells[*i].id(), *r)))
+            .filter(|(i, r)| !self.done_has(&plan.cells[*i].id(), *r))
             .collect();
         self.ui.send(Output::Start {
             total: todo.len() as u64,
             est_secs: estimate_secs(&self.cfg),
         });
-        // Not record.cells.len(): an interrupted cell left a directory without a result.
-        let first_seq = self.rundir.next_seq();
-        let mut ran = 0;
-        for (idx, repeat) in todo {
+        // The plan's order filtered per host keeps `--repeat`'s interleaving on each host.
+        let mut by_host: BTreeMap<HostName, Vec<(usize, u32)>> = BTreeMap::new();
+        for (i, r) in todo {
+            by_host
+                .entry(plan.cells[i].host.clone())
+                .or_default()
+                .push((i, r));
+        }
+        let mut conns = split_by_host(std::mem::take(&mut hosts.conns));
+        let counters = Counters {
+            // Not record.cells.len(): an interrupted cell left a directory without a result.
+            seq: AtomicUsize::new(self.rundir.next_seq()),
+            n: AtomicU64::new(0),
+        };
+        let rt = tokio::runtime::Handle::current();
+        let several = by_host.len() > 1;
+        let (shared, servers) = (&hosts.shared, &hosts.servers);
+        let results: Vec<anyhow::Result<()>> = tokio::task::block_in_place(|| {
+            std::thread::scope(|s| {
+                let loops: Vec<_> = by_host
+                    .into_iter()
+                    .map(|(host, slots)| {
+                        let host_conns = conns.remove(&host).unwrap_or_default();
+                        // One host alone keeps the plain progress of a single-host run.
+                        let ui = if several {
+                            self.ui.for_host(host.as_str())
+                        } else {
+                            self.ui.clone()
+                        };
+                        let on = HostRun {
+                            ui,
+                            plan,
+                            conns: host_conns,
+                            shared,
+                            servers,
+                            counters: &counters,
+                        };
+                        let rt = rt.clone();
+                        s.spawn(move || rt.block_on(self.host_loop(on, slots)))
+                    })
+                    .collect();
+                loops
+                    .into_iter()
+                    .map(|j| {
+                        j.join()
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a host's cell loop panicked")))
+                    })
+                    .collect()
+            })
+        });
+        results.into_iter().collect()
+    }
+
+    fn done_has(&self, cell_id: &str, repeat: u32) -> bool {
+        self.done.contains(&(cell_id.to_string(), repeat))
+    }
+
+    /// One host's cells, one at a time, until done or interrupted.
+    async fn host_loop(&self, mut on: HostRun<'_>, slots: Vec<(usize, u32)>) -> anyhow::Result<()> {
+        for (idx, repeat) in slots {
             if self.cancel.is_cancelled() {
                 break;
             }
-            let cell = &plan.cells[idx];
+            let cell = &on.plan.cells[idx];
             // `--repeat auto`: a settled cell sits out the remaining rounds.
             if self.settled(&cell.id()) {
                 continue;
             }
-            let seq = first_seq + ran;
-            ran += 1;
-            let n = ran as u64;
-            self.ui.send(Output::CellStart {
+            let seq = on.counters.seq.fetch_add(1, Ordering::SeqCst);
+            let n = on.counters.n.fetch_add(1, Ordering::SeqCst) + 1;
+            on.ui.send(Output::CellStart {
                 n,
                 label: cell.label(),
             });
@@ -326,7 +430,7 @@ impl RunCtx {
                 dir,
             };
             // An interrupted cell has no result: `--resume` runs it again.
-            if !self.run_slot(&slot, hosts).await? {
+            if !self.run_slot(&slot, &mut on).await? {
                 break;
             }
         }
@@ -334,15 +438,13 @@ impl RunCtx {
     }
 
     /// One cell: run it, persist its result, report it. False when a signal stopped it.
-    async fn run_slot(&mut self, s: &Slot<'_>, hosts: &mut Hosts) -> anyhow::Result<bool> {
+    async fn run_slot(&self, s: &Slot<'_>, on: &mut HostRun<'_>) -> anyhow::Result<bool> {
         let hv = s.cell.hypervisor;
-        let run_id = &self.record.run_id;
-        reconnect_if_dead(&mut hosts.conns, hv, &self.cfg, &self.ui, run_id);
-        let result = match hosts.conns.get(&hv) {
-            Some(Ok(conn)) => {
-                self.run_one(conn, &mut hosts.servers, &hosts.shared, s)
-                    .await
-            }
+        let host = &s.cell.host;
+        let uri = self.cfg.host_uri(host, hv);
+        reconnect_if_dead(&mut on.conns, hv, &uri, &self.ui, &self.run_id);
+        let result = match on.conns.get(&hv) {
+            Some(Ok(conn)) => self.run_one(conn, on, s).await,
             Some(Err(reason)) => Some(not_run(
                 s.cell,
                 s.repeat,
@@ -351,7 +453,7 @@ impl RunCtx {
             None => Some(failed(s.cell, s.repeat, CellError::NoConnection)),
         };
         // A libvirtd restart during the cell left its domain out of reach of the old handle.
-        reconnect_if_dead(&mut hosts.conns, hv, &self.cfg, &self.ui, run_id);
+        reconnect_if_dead(&mut on.conns, hv, &uri, &self.ui, &self.run_id);
         let Some(result) = result else {
             return Ok(false);
         };
@@ -362,7 +464,7 @@ impl RunCtx {
         let file = result.clone();
         self.persist(result)?;
         RunDir::save_cell(&s.dir, &file).with_context(|| format!("writing {}", s.dir.display()))?;
-        self.ui.send(Output::CellEnd {
+        on.ui.send(Output::CellEnd {
             n: s.n,
             label: s.cell.label(),
             outcome: line,
@@ -372,15 +474,14 @@ impl RunCtx {
 
     /// Runs one cell on its backend and tears the backend down; `None` when a signal stopped
     /// it.
-    async fn run_one(
-        &self,
-        conn: &Libvirt,
-        servers: &mut Servers,
-        shared: &Shared,
-        s: &Slot<'_>,
-    ) -> Option<CellResult> {
-        let (cell, repeat) = (s.cell, s.repeat);
-        let opened = storage::open(&self.cfg.storage, cell.backend, servers, &shared.work);
+    async fn run_one(&self, conn: &Libvirt, on: &HostRun<'_>, s: &Slot<'_>) -> Option<CellResult> {
+        let (cell, repeat, shared) = (s.cell, s.repeat, on.shared);
+        let opened = storage::open(
+            &self.cfg.storage,
+            cell.backend,
+            &mut lock(on.servers),
+            &shared.work,
+        );
         let (mut backend, server) = match opened {
             Ok(o) => (o.backend, o.server),
             Err(OpenError::Unsupported(r)) => {
@@ -395,16 +496,17 @@ impl RunCtx {
                 Outcome::Unsupported(format!("unsupported on this host: {u}")),
             ));
         }
+        let prov = host_provenance(&shared.prov, cell, conn);
         let env = CellEnv {
             cfg: &self.cfg,
             conn,
             image: &shared.image,
-            run_id: &self.record.run_id,
+            run_id: &self.run_id,
             work_dir: &shared.work,
-            ui: &self.ui,
+            ui: &on.ui,
             cancel: &self.cancel,
             server,
-            provenance: &shared.prov,
+            provenance: &prov,
         };
         let mut result =
             cell_run::run_cell(&env, backend.as_mut(), cell, repeat, s.seq, &s.dir).await;
@@ -436,13 +538,13 @@ impl RunCtx {
             (Ok(()), true) => "interrupted",
             (Ok(()), false) => "finished",
         };
-        let closed = self.store.finish_run(&self.record.run_id, status);
+        let closed = lock(&self.store).finish_run(&self.run_id, status);
         looped?;
         closed?;
         Ok(FinishedRun {
-            run_id: self.record.run_id.clone(),
+            run_id: self.run_id.clone(),
             dir: self.rundir.path.clone(),
-            record: self.record,
+            record: self.record.into_inner().unwrap_or_else(|p| p.into_inner()),
             interrupted,
         })
     }
@@ -519,30 +621,36 @@ fn estimate_secs(cfg: &MatrixConfig) -> u64 {
     15 + if cfg.prefill { 10 } else { 0 } + cfg.ramp as u64 + cfg.runtime as u64
 }
 
-/// Connections per hypervisor, or the reason its cells cannot run here.
-async fn connect_all(
-    ctx: &RunCtx,
-    plan: &Plan,
-    image: &ImageInfo,
-    work: &Path,
-) -> BTreeMap<Hypervisor, Result<Libvirt, String>> {
-    let (cfg, cancel, run_id) = (&ctx.cfg, &ctx.cancel, &ctx.record.run_id);
-    let hvs: BTreeSet<Hypervisor> = plan.cells.iter().map(|c| c.hypervisor).collect();
+/// Connections per host and hypervisor, or the reason its cells cannot run. An unreachable
+/// host fails only its own cells.
+async fn connect_all(ctx: &RunCtx, plan: &Plan, image: &ImageInfo, work: &Path) -> Conns {
+    let (cfg, cancel, run_id) = (&ctx.cfg, &ctx.cancel, &ctx.run_id);
+    let pairs: BTreeSet<(HostName, Hypervisor)> = plan
+        .cells
+        .iter()
+        .map(|c| (c.host.clone(), c.hypervisor))
+        .collect();
     let mut out = BTreeMap::new();
-    for hv in hvs {
-        let r = match Libvirt::connect(&cfg.uri(hv)) {
-            Err(e) => Err(format!("unsupported on this host: {hv}: {e}")),
+    for (host, hv) in pairs {
+        let uri = cfg.host_uri(&host, hv);
+        let on = if host.is_default() {
+            String::new()
+        } else {
+            format!(" on host {host} ({uri})")
+        };
+        let r = match tokio::task::block_in_place(|| Libvirt::connect(&uri)) {
+            Err(e) => Err(format!("unsupported on this host: {hv}{on}: {e}")),
             Ok(conn) => {
                 match super::probe::probe(hv, &conn, cfg, image, work, cancel, run_id).await {
                     Ok(()) => Ok(conn),
-                    Err(reason) => Err(format!("unsupported on this host: {hv}: {reason}")),
+                    Err(reason) => Err(format!("unsupported on this host: {hv}{on}: {reason}")),
                 }
             }
         };
         if let Err(reason) = &r {
             ctx.ui.line(reason.clone());
         }
-        out.insert(hv, r);
+        out.insert((host, hv), r);
     }
     out
 }
@@ -553,7 +661,7 @@ async fn connect_all(
 fn reconnect_if_dead(
     conns: &mut BTreeMap<Hypervisor, Result<Libvirt, String>>,
     hv: Hypervisor,
-    cfg: &MatrixConfig,
+    uri: &str,
     ui: &Ui,
     run_id: &str,
 ) {
@@ -562,11 +670,9 @@ fn reconnect_if_dead(
         return;
     }
     ui.line(format!(
-        "{hv}: libvirt connection lost; reconnecting to {}",
-        cfg.uri(hv)
+        "{hv}: libvirt connection lost; reconnecting to {uri}"
     ));
-    let fresh =
-        Libvirt::connect(&cfg.uri(hv)).map_err(|e| format!("{hv}: libvirt connection lost: {e}"));
+    let fresh = Libvirt::connect(uri).map_err(|e| format!("{hv}: libvirt connection lost: {e}"));
     if let Ok(c) = &fresh {
         for d in c.marked_domains(Some(run_id)).unwrap_or_default() {
             ui.line(format!(
@@ -581,11 +687,7 @@ fn reconnect_if_dead(
     conns.insert(hv, fresh);
 }
 
-fn provenance(
-    conns: &BTreeMap<Hypervisor, Result<Libvirt, String>>,
-    image: &ImageInfo,
-    host: &str,
-) -> Provenance {
+fn provenance(conns: &Conns, image: &ImageInfo, host: &str) -> Provenance {
     let (libvirt, qemu) = conns
         .values()
         .find_map(|c| c.as_ref().ok())
@@ -606,6 +708,33 @@ fn provenance(
             option_env!("VMBENCH_GIT_REV").unwrap_or("unknown")
         ),
         ..Provenance::default()
+    }
+}
+
+/// A cell's provenance names the libvirt host that ran it: for a named host, its name, the
+/// hostname it reports and its libvirt and QEMU versions. This machine's kernel and CPU say
+/// nothing about a remote host, so they are left empty there.
+fn host_provenance(base: &Provenance, cell: &Cell, conn: &Libvirt) -> Provenance {
+    if cell.host.is_default() {
+        return base.clone();
+    }
+    let (libvirt, qemu) = conn.versions();
+    let local = conn.is_local();
+    Provenance {
+        host: format!("{} ({})", cell.host, conn.hostname()),
+        host_kernel: if local {
+            base.host_kernel.clone()
+        } else {
+            String::new()
+        },
+        cpu_model: if local {
+            base.cpu_model.clone()
+        } else {
+            String::new()
+        },
+        libvirt,
+        qemu,
+        ..base.clone()
     }
 }
 

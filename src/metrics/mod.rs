@@ -18,6 +18,7 @@ pub struct Snapshot {
     server: Option<proc::CpuTicks>,
     block: Option<qmp::DiskCounters>,
     domain_cpu_ns: Option<u64>,
+    not_local: Option<String>,
 }
 
 /// Host-side sources for one cell.
@@ -29,6 +30,8 @@ pub struct Sources {
     pub server_pid: Option<u32>,
     /// Name of the server, for labels.
     pub server_name: Option<&'static str>,
+    /// Why QEMU's `/proc` figures cannot be read here (QEMU runs on a remote libvirt host).
+    pub not_local: Option<String>,
 }
 
 /// Takes a snapshot now. `block` comes from QMP (the caller owns the domain handle).
@@ -41,6 +44,7 @@ pub fn snapshot(
     Snapshot {
         at: Instant::now(),
         domain_cpu_ns,
+        not_local: src.not_local.clone(),
         qemu: src.qemu_pid.and_then(proc::cpu_ticks),
         server: src.server_pid.and_then(proc::cpu_ticks),
         block,
@@ -60,6 +64,12 @@ pub fn window_metrics(
     let secs = end.at.duration_since(start.at).as_secs_f64().max(1e-3);
     let mut out = Vec::new();
     let na = |why: &str| Value::NotAvailable(why.to_string());
+    // A remote QEMU's reason wins: its pid means nothing in this machine's /proc.
+    let qemu_na = start
+        .not_local
+        .as_deref()
+        .or(not_on)
+        .unwrap_or("no QEMU process");
     let cpu = |a: &Option<proc::CpuTicks>, b: &Option<proc::CpuTicks>| match (a, b) {
         (Some(a), Some(b)) => Some(b.since(a, secs)),
         _ => None,
@@ -71,7 +81,7 @@ pub fn window_metrics(
         "%",
         Better::Lower,
         qemu.map(|c| Value::Number(c.0))
-            .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
+            .unwrap_or_else(|| na(qemu_na)),
     ));
     out.push(metric(
         "host_qemu_sys_cpu_pct",
@@ -79,7 +89,7 @@ pub fn window_metrics(
         "%",
         Better::Lower,
         qemu.map(|c| Value::Number(c.1))
-            .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
+            .unwrap_or_else(|| na(qemu_na)),
     ));
     out.push(metric(
         "host_qemu_cpu_pct",
@@ -87,7 +97,7 @@ pub fn window_metrics(
         "%",
         Better::Lower,
         qemu.map(|c| Value::Number(c.0 + c.1))
-            .unwrap_or_else(|| na(not_on.unwrap_or("no QEMU process"))),
+            .unwrap_or_else(|| na(qemu_na)),
     ));
     if let (Some(a), Some(b)) = (start.domain_cpu_ns, end.domain_cpu_ns) {
         let pct = b.saturating_sub(a) as f64 / 1e9 / secs * 100.0;
@@ -137,5 +147,36 @@ fn metric(key: &str, label: &str, unit: &str, better: Better, value: Value) -> M
         unit: unit.into(),
         better,
         value,
+    }
+}
+
+#[cfg(test)]
+mod remote_tests {
+    use super::*;
+
+    /// A remote QEMU: no /proc figures, each says why; libvirt's domain CPU still counts.
+    #[test]
+    fn remote_qemu_figures_say_why_they_are_missing() {
+        let src = Sources {
+            qemu_pid: None,
+            not_local: Some("QEMU runs on the libvirt host qemu+tcp://h2/system, not here".into()),
+            ..Sources::default()
+        };
+        let a = snapshot(&src, None, Some(0));
+        let mut b = snapshot(&src, None, Some(1_000_000_000));
+        b.at = a.at + std::time::Duration::from_secs(2);
+        let m = window_metrics(&a, &b, None, None, None);
+        let get = |k: &str| m.iter().find(|x| x.key == k).unwrap().value.clone();
+        for k in [
+            "host_qemu_usr_cpu_pct",
+            "host_qemu_sys_cpu_pct",
+            "host_qemu_cpu_pct",
+        ] {
+            match get(k) {
+                Value::NotAvailable(why) => assert!(why.contains("qemu+tcp://h2"), "{k}: {why}"),
+                v => panic!("{k}: {v:?}"),
+            }
+        }
+        assert_eq!(get("host_domain_cpu_pct"), Value::Number(50.0));
     }
 }

@@ -16,5 +16,6 @@ pub fn cell(backend: Backend, format: Format) -> Cell {
         workload: WorkloadId::Preset("pg-randrw".into()),
         fio: Default::default(),
         tuning: Default::default(),
+        host: Default::default(),
     }
 }

@@ -334,6 +334,7 @@ mod tests {
             workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
             fio: Default::default(),
             tuning: Default::default(),
+            host: Default::default(),
         }
     }
 
