@@ -79,7 +79,7 @@ impl Tgt {
             portal_port,
             pid: child.id(),
             log,
-            chap: Chap::random(&run),
+            chap: Chap::random(&cmd::unique_tag()),
             run,
             next_tid: AtomicU32::new(1),
             targets: Mutex::new(BTreeMap::new()),
@@ -130,7 +130,11 @@ impl Tgt {
     /// Defines the libvirt secret QEMU logs in with, and records its usage name (not its value)
     /// in `work_dir` so that `vmbench cleanup` can undefine it after a kill -9.
     fn define_secret(&self, work_dir: &Path) -> Result<(), StorageError> {
-        let usage = format!("{}{}", chap::USAGE_PREFIX, self.run);
+        let usage = format!(
+            "{}{}",
+            chap::USAGE_PREFIX,
+            self.chap.username().trim_start_matches("vmbench-")
+        );
         let file = work_dir.join(chap::USAGE_FILE);
         std::fs::write(&file, &usage).map_err(|source| StorageError::Io {
             context: format!("writing {}", file.display()),
