@@ -189,7 +189,8 @@ fn clean_chap_secret(servers: &Path, dry: bool, rep: &mut Report) {
         return;
     }
     if dry {
-        rep.lines.push(format!("libvirt secret {usage} (if still defined)"));
+        rep.lines
+            .push(format!("libvirt secret {usage} (if still defined)"));
         return;
     }
     match chap::undefine(usage) {

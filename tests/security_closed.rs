@@ -85,7 +85,12 @@ fn nfs_export_is_closed_to_other_local_users() {
     let code = matrix_with(&s, &["--backend", "nfs", "--format", "raw"], |run| {
         let export = run.join("servers/ganesha/export");
         let images: Vec<PathBuf> = files_under(&export);
-        assert_eq!(images.len(), 1, "one image in {}: {images:?}", export.display());
+        assert_eq!(
+            images.len(),
+            1,
+            "one image in {}: {images:?}",
+            export.display()
+        );
         let image = &images[0];
         let name = image.file_name().unwrap().to_str().unwrap();
         let e = export.to_str().unwrap();
@@ -97,16 +102,26 @@ fn nfs_export_is_closed_to_other_local_users() {
         let ls = as_nobody("nfs-ls", &[&format!("nfs://127.0.0.1{e}{root}")]);
         assert!(!String::from_utf8_lossy(&ls.stdout).contains(name));
         let cat = as_nobody("nfs-cat", &[&format!("nfs://127.0.0.1{e}/{name}{root}")]);
-        assert!(!cat.status.success(), "nfs-cat as claimed root read the image");
+        assert!(
+            !cat.status.success(),
+            "nfs-cat as claimed root read the image"
+        );
         assert!(cat.stdout.is_empty());
         let planted = format!("nfs://127.0.0.1{e}/planted{root}");
         let cp = as_nobody("nfs-cp", &["/etc/hostname", &planted]);
-        assert!(!cp.status.success(), "nfs-cp as claimed root created a file");
+        assert!(
+            !cp.status.success(),
+            "nfs-cp as claimed root created a file"
+        );
         for f in files_under(&export) {
             let m = std::fs::metadata(&f).unwrap();
             assert_ne!(m.uid(), 0, "root-owned file in the export: {}", f.display());
         }
-        assert_eq!(files_under(&export), images, "a file was planted in the export");
+        assert_eq!(
+            files_under(&export),
+            images,
+            "a file was planted in the export"
+        );
 
         // Through the host filesystem: the way to the export is root's 0700.
         let host_cat = as_nobody("cat", &[image.to_str().unwrap()]);

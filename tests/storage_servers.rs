@@ -297,7 +297,9 @@ fn tgt_embedded_and_external_iscsi() {
         );
         // CHAP is required: a login without it fails.
         let url = format!("iscsi://127.0.0.1:{}/{name}", t.portal_port());
-        let e = cmd::run("qemu-img", &["info", &url]).unwrap_err().to_string();
+        let e = cmd::run("qemu-img", &["info", &url])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("Authentication failure"), "{e}");
         // The LUN's bytes, seen through its backing file.
         let lun = d.host_path.clone().unwrap().to_string_lossy().into_owned();

@@ -82,7 +82,9 @@ impl Chap {
             .filter(|s| !s.is_empty())
             .ok_or_else(|| bad("no secret".into()))?;
         if !username.chars().all(|c| c.is_ascii_graphic()) {
-            return Err(bad("the username must be printable ASCII without spaces".into()));
+            return Err(bad(
+                "the username must be printable ASCII without spaces".into()
+            ));
         }
         Ok(Chap { username, secret })
     }
@@ -209,7 +211,10 @@ mod tests {
         let cases = [
             ("secret=hunter22hunter22\n", "no username"),
             ("username=u\n", "no secret"),
-            ("username=u\nsecret=hunter22hunter22\npassword=x\n", "unknown key 'password'"),
+            (
+                "username=u\nsecret=hunter22hunter22\npassword=x\n",
+                "unknown key 'password'",
+            ),
             ("username=u\nhunter22hunter22\n", "line 2: no '='"),
         ];
         for (text, want) in cases {
@@ -218,7 +223,9 @@ mod tests {
             assert!(e.contains(want), "{text}: {e}");
             assert!(!e.contains("hunter22"), "{e}");
         }
-        let e = Chap::from_file(&dir.join("missing")).unwrap_err().to_string();
+        let e = Chap::from_file(&dir.join("missing"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing") && e.contains("expected lines"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -10,7 +10,9 @@
 
 use super::cmd;
 use super::tgt::Tgt;
-use super::{DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
+use super::{
+    DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
+};
 use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,9 @@
 
 use super::cmd;
 use super::ganesha::{self, Ganesha};
-use super::{DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
+use super::{
+    DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
+};
 use crate::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -64,6 +66,20 @@ impl NfsUrl {
             host: host.to_string(),
             export,
             options,
+        })
+    }
+
+    /// The `?uid=&gid=` the URL claims, as QEMU's identity (both, or none: root).
+    pub fn identity(&self) -> Option<NetAuth> {
+        let get = |k: &str| {
+            self.options
+                .iter()
+                .find(|(o, _)| o == k)
+                .and_then(|(_, v)| v.parse().ok())
+        };
+        Some(NetAuth::NfsIdentity {
+            uid: get("uid")?,
+            gid: get("gid")?,
         })
     }
 
@@ -306,7 +322,7 @@ impl NfsBackend {
                     u.export.clone(),
                     u.image_url(&name),
                     None,
-                    None,
+                    u.identity(),
                     p,
                 )
             }
@@ -505,6 +521,9 @@ mod tests {
             vec![("uid".into(), "0".into()), ("gid".into(), "0".into())]
         );
         assert_eq!(u.image_url("x"), "nfs://10.0.0.2/export/x?uid=0&gid=0");
+        assert_eq!(u.identity(), Some(NetAuth::NfsIdentity { uid: 0, gid: 0 }));
+        let u = NfsUrl::parse("nfs://10.0.0.2/export?uid=7").unwrap();
+        assert_eq!(u.identity(), None);
     }
 
     #[test]

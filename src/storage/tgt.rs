@@ -220,15 +220,7 @@ impl Tgt {
             ])
             .and_then(|_| {
                 self.tgtadm(&[
-                    "--lld",
-                    "iscsi",
-                    "--op",
-                    "bind",
-                    "--mode",
-                    "target",
-                    "--tid",
-                    &t,
-                    "-I",
+                    "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", &t, "-I",
                     INITIATOR,
                 ])
             })
