@@ -210,15 +210,20 @@ fn iscsi_needs_the_per_run_chap_secret() {
             .into_iter()
             .find(|p| p.ends_with("domain.xml"))
             .expect("the cell's domain.xml");
-        let xml = std::fs::read_to_string(&xml_file).unwrap();
-        let user = xml_attr(&xml, "username").to_string();
-        let usage = xml_attr(&xml, "usage").to_string();
+        let full = std::fs::read_to_string(&xml_file).unwrap();
+        // The disk's <source protocol="iscsi" name=...><host port=.../><auth .../>.
+        let xml = &full[full
+            .find("protocol=\"iscsi\"")
+            .expect("an iSCSI disk source")
+            - 1..];
+        let user = xml_attr(xml, "username").to_string();
+        let usage = xml_attr(xml, "usage").to_string();
         assert!(usage.starts_with("vmbench-iscsi-"), "{usage}");
         assert!(virsh(&["secret-list"]).contains(&usage));
         let lun = format!(
             "127.0.0.1:{}/{}",
-            xml_attr(&xml, "port"),
-            xml_attr(&xml, "name")
+            xml_attr(xml, "port"),
+            xml_attr(xml, "name")
         );
         let (_, rec) = s.run_record();
         let dom = format!("vmbench-{}-000", rec.run_id);
