@@ -6,6 +6,7 @@
 
 use crate::hypervisor::libvirt::Libvirt;
 use crate::results::rundir::run_is_live;
+use crate::storage::chap;
 use crate::storage::cmd::cmdline;
 use crate::storage::ganesha::Ganesha;
 use crate::storage::servers::EmbeddedServer;
@@ -154,6 +155,7 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             }
         }
     }
+    clean_chap_secret(&servers, dry, rep);
     let marker = run.join("work-dir");
     if let Ok(work) = std::fs::read_to_string(&marker) {
         let work = PathBuf::from(work);
@@ -174,6 +176,30 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// The libvirt secret (iSCSI CHAP) of a dead run, named in its tgt directory by usage.
+fn clean_chap_secret(servers: &Path, dry: bool, rep: &mut Report) {
+    let file = servers.join("tgt").join(chap::USAGE_FILE);
+    let Ok(usage) = std::fs::read_to_string(&file) else {
+        return;
+    };
+    let usage = usage.trim();
+    // Only a name vmbench makes, so a tampered file cannot name someone else's secret.
+    if !usage.starts_with(chap::USAGE_PREFIX) {
+        return;
+    }
+    if dry {
+        rep.lines
+            .push(format!("libvirt secret {usage} (if still defined)"));
+        return;
+    }
+    match chap::undefine(usage) {
+        Ok(true) => rep.lines.push(format!("libvirt secret {usage}")),
+        Ok(false) => {}
+        Err(e) => rep.kept.push(format!("libvirt secret {usage}: {e}")),
+    }
+    let _ = std::fs::remove_file(&file);
 }
 
 /// Server processes (by name, [`SERVER_COMMS`]) that belong to a run: their command line (the

@@ -13,7 +13,7 @@ use vmbench::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, L
 use vmbench::hypervisor::domain_xml::{self, kernel_cmdline, render, DomainXmlError};
 use vmbench::hypervisor::pinning::Pinning;
 use vmbench::hypervisor::{DiskSpec, DomainSpec, IoTune, METADATA_NS};
-use vmbench::storage::{DiskSource, NetProtocol};
+use vmbench::storage::{DiskSource, NetAuth, NetProtocol};
 
 const RUN: &str = "20261202T120000Z-golden";
 const ISCSI_IQN: &str = "iqn.2026-12.dev.vmbench:golden";
@@ -45,6 +45,10 @@ fn nfs_url() -> DiskSource {
         name: "/export/vmbench/disk.qcow2".into(),
         host: "127.0.0.1".into(),
         port: None,
+        auth: Some(NetAuth::NfsIdentity {
+            uid: 64049,
+            gid: 64049,
+        }),
     }
 }
 
@@ -54,6 +58,7 @@ fn iscsi_url() -> DiskSource {
         name: format!("{ISCSI_IQN}/1"),
         host: "127.0.0.1".into(),
         port: Some(3260),
+        auth: None,
     }
 }
 
@@ -494,6 +499,7 @@ fn network_names_with_markup_round_trip() {
         name: name.into(),
         host: "localhost".into(),
         port: Some(2049),
+        auth: None,
     };
     let xml = render(&spec).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -504,6 +510,46 @@ fn network_names_with_markup_round_trip() {
     assert_eq!(attr(&attrs, "source", "name"), vec![name]);
     assert_eq!(attr(&attrs, "host", "port"), vec!["2049"]);
     assert_eq!(attr(&attrs, "identity", "user"), vec!["root"]);
+}
+
+/// The embedded servers' disks: NFS as the export owner's numeric uid (`+N`, so libvirt does not
+/// look it up as a name), iSCSI with CHAP through a libvirt secret named by usage, no value.
+#[test]
+fn network_disks_carry_identity_and_chap_by_reference() {
+    let c = &cases()[3];
+    let mut spec = c.spec("vmbench-auth");
+    spec.disk.source = nfs_url();
+    let attrs = parse(&render(&spec).unwrap());
+    assert_eq!(attr(&attrs, "identity", "user"), vec!["+64049"]);
+    assert_eq!(attr(&attrs, "identity", "group"), vec!["+64049"]);
+    assert!(attr(&attrs, "auth", "username").is_empty());
+    let DiskSource::Network {
+        protocol,
+        name,
+        host,
+        port,
+        ..
+    } = iscsi_url()
+    else {
+        unreachable!()
+    };
+    spec.disk.source = DiskSource::Network {
+        protocol,
+        name,
+        host,
+        port,
+        auth: Some(NetAuth::IscsiChap {
+            username: "vmbench-1-2".into(),
+            secret_usage: "vmbench-iscsi-1-2".into(),
+        }),
+    };
+    let xml = render(&spec).unwrap();
+    assert!(!xml.contains("secret="), "{xml}");
+    let attrs = parse(&xml);
+    assert_eq!(attr(&attrs, "auth", "username"), vec!["vmbench-1-2"]);
+    assert_eq!(attr(&attrs, "secret", "type"), vec!["iscsi"]);
+    assert_eq!(attr(&attrs, "secret", "usage"), vec!["vmbench-iscsi-1-2"]);
+    assert!(attr(&attrs, "identity", "user").is_empty());
 }
 
 fn base() -> DomainSpec {
@@ -686,6 +732,7 @@ fn bad_specs_are_refused_with_the_reason() {
                     name: "iqn/1".into(),
                     host: "evil'host".into(),
                     port: None,
+                    auth: None,
                 }
             },
             "host \"evil'host\" is invalid",

@@ -278,10 +278,21 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
         "orphaned tgtd: {servers:?}"
     );
     assert!(std::fs::read_dir(s.work().join(&run_id)).unwrap().count() > 0);
+    // ... and the libvirt secret holding the run's CHAP secret.
+    let usage = std::fs::read_to_string(run.join("servers/tgt/libvirt-secret-usage")).unwrap();
+    assert!(virsh(&["secret-list"]).contains(&usage), "secret {usage}");
 
     let out = cleanup(&s);
     assert!(out.contains("removed domain vmbench-"), "{out}");
     assert!(out.contains("removed server tgtd"), "{out}");
+    assert!(
+        out.contains(&format!("removed libvirt secret {usage}")),
+        "{out}"
+    );
+    assert!(
+        !virsh(&["secret-list"]).contains(&usage),
+        "secret {usage} left"
+    );
     assert!(run_domains(&run_id).is_empty());
     assert!(vmbench::cleanup::server_processes(&run.join("servers")).is_empty());
     assert!(!s.work().join(&run_id).exists());

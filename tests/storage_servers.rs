@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use vmbench::cell::{Backend, Format};
 use vmbench::storage::cmd;
-use vmbench::storage::ganesha::Ganesha;
+use vmbench::storage::ganesha::{Ganesha, EXPORT_GID, EXPORT_UID};
 use vmbench::storage::iscsi::IscsiBackend;
 use vmbench::storage::leftovers::{self, Leftover};
 use vmbench::storage::local::{LocalBackend, Prealloc};
 use vmbench::storage::nfs::NfsBackend;
 use vmbench::storage::testutil::cell;
 use vmbench::storage::tgt::{tgt_targets, Tgt};
-use vmbench::storage::{DiskSource, NetProtocol, StorageBackend};
+use vmbench::storage::{DiskSource, NetAuth, NetProtocol, StorageBackend};
 
 /// Ganesha needs port 2049: tests that start it take this lock.
 static NFS_PORT_LOCK: Mutex<()> = Mutex::new(());
@@ -165,6 +165,7 @@ fn embedded_images(g: &Arc<Ganesha>) {
             name,
             host,
             port,
+            auth,
         } = &d.source
         else {
             panic!("not a network source: {:?}", d.source)
@@ -173,8 +174,16 @@ fn embedded_images(g: &Arc<Ganesha>) {
             (*protocol, host.as_str(), *port),
             (NetProtocol::Nfs, "127.0.0.1", None)
         );
+        assert_eq!(
+            auth,
+            &Some(NetAuth::NfsIdentity {
+                uid: EXPORT_UID,
+                gid: EXPORT_GID
+            })
+        );
         assert!(name.starts_with(&g.export_path()), "{name}");
-        let url = format!("nfs://127.0.0.1{name}");
+        // Root is squashed: our own qemu-img calls claim the export owner's uid.
+        let url = format!("nfs://127.0.0.1{name}?uid={EXPORT_UID}&gid={EXPORT_GID}");
         assert_eq!(url, d.params["url"]);
         assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
         qemu_io_roundtrip(&url, fmt, "none");
@@ -194,7 +203,10 @@ fn embedded_images(g: &Arc<Ganesha>) {
 /// The same server, used as an "external" one by URL: teardown truncates the image to 0
 /// bytes (the documented leftover), over libnfs.
 fn external_image(g: &Arc<Ganesha>) {
-    let url = format!("nfs://127.0.0.1{}", g.export_path());
+    let url = format!(
+        "nfs://127.0.0.1{}?uid={EXPORT_UID}&gid={EXPORT_GID}",
+        g.export_path()
+    );
     let mut b = NfsBackend::external(&url).unwrap();
     let d = b
         .provision(
@@ -221,7 +233,10 @@ fn external_image(g: &Arc<Ganesha>) {
 
 /// A provision that fails (no such export on the server) leaves nothing and tears down cleanly.
 fn half_failed_external(g: &Arc<Ganesha>) {
-    let url = format!("nfs://127.0.0.1{}/missing", g.export_path());
+    let url = format!(
+        "nfs://127.0.0.1{}/missing?uid={EXPORT_UID}&gid={EXPORT_GID}",
+        g.export_path()
+    );
     let mut b = NfsBackend::external(&url).unwrap();
     let e = b
         .provision(&cell(Backend::Nfs, Format::Raw), MIB, Path::new("/var/tmp"))
@@ -233,7 +248,7 @@ fn half_failed_external(g: &Arc<Ganesha>) {
 }
 
 #[test]
-#[ignore = "host: root qemu tgtd"]
+#[ignore = "host: root libvirtd qemu tgtd"]
 fn tgt_embedded_and_external_iscsi() {
     let work = work_dir("vmbench-iscsi");
     let t = Arc::new(Tgt::start(work.path()).expect("tgtd starts"));
@@ -263,6 +278,7 @@ fn tgt_embedded_and_external_iscsi() {
             name,
             host,
             port,
+            auth,
         } = &d.source
         else {
             panic!("not a network source: {:?}", d.source)
@@ -272,12 +288,23 @@ fn tgt_embedded_and_external_iscsi() {
             (NetProtocol::Iscsi, "127.0.0.1", Some(t.portal_port()))
         );
         assert!(
+            matches!(auth, Some(NetAuth::IscsiChap { secret_usage, .. }) if secret_usage.starts_with("vmbench-iscsi-")),
+            "{auth:?}"
+        );
+        assert!(
             name.starts_with("iqn.2026-12.dev.vmbench:") && name.ends_with("/1"),
             "{name}"
         );
+        // CHAP is required: a login without it fails.
         let url = format!("iscsi://127.0.0.1:{}/{name}", t.portal_port());
-        assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
-        qemu_io_roundtrip(&url, fmt, "none");
+        let e = cmd::run("qemu-img", &["info", &url])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Authentication failure"), "{e}");
+        // The LUN's bytes, seen through its backing file.
+        let lun = d.host_path.clone().unwrap().to_string_lossy().into_owned();
+        assert_eq!(qemu_info(&lun), (fmt.as_str().to_string(), size));
+        qemu_io_roundtrip(&lun, fmt, "none");
         let iqn = &d.params["iqn"];
         assert!(tgt_targets(t.control_port())
             .unwrap()
@@ -322,6 +349,16 @@ fn external_lun(t: &Arc<Tgt>, work: &Path) {
         .set_len(96 * MIB)
         .unwrap();
     t.add_target(tid, &iqn, &file).unwrap();
+    // An external target without CHAP: take the run's account off this one.
+    let Some(NetAuth::IscsiChap { username, .. }) = t.auth() else {
+        panic!("the embedded tgtd has no CHAP account")
+    };
+    let tid_s = tid.to_string();
+    t.tgtadm(&[
+        "--lld", "iscsi", "--op", "unbind", "--mode", "account", "--tid", &tid_s, "--user",
+        &username,
+    ])
+    .unwrap();
     let url = t.url_for(&iqn, 1);
     let mut b = IscsiBackend::external(&url).unwrap();
     let d = b

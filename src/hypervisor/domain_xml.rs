@@ -21,7 +21,7 @@ use super::rules::{self, SkipReason};
 use super::xen::{Datapath, Skip};
 use super::{DiskSpec, DomainSpec, METADATA_NS};
 use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoThread, XenMode};
-use crate::storage::{DiskSource, NetProtocol};
+use crate::storage::{DiskSource, NetAuth, NetProtocol};
 use quick_xml::se::{QuoteLevel, SeError, Serializer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -472,6 +472,7 @@ fn source(src: &DiskSource) -> Result<(&'static str, Source<'_>), DomainXmlError
         name: None,
         host: None,
         identity: None,
+        auth: None,
     };
     Ok(match src {
         DiskSource::File { path } => (
@@ -494,23 +495,17 @@ fn source(src: &DiskSource) -> Result<(&'static str, Source<'_>), DomainXmlError
             name,
             host,
             port,
+            auth,
         } => {
             if name.is_empty() {
                 return Err(DomainXmlError::EmptyNetworkName);
             }
             no_control("network disk name", name)?;
             check_host(host)?;
-            let (protocol, identity) = match protocol {
-                // libnfs connects as the QEMU user unless told otherwise; ganesha's export
-                // squashes nothing, so root is what can write the image.
-                NetProtocol::Nfs => (
-                    "nfs",
-                    Some(Identity {
-                        user: "root",
-                        group: "root",
-                    }),
-                ),
-                NetProtocol::Iscsi => ("iscsi", None),
+            let (identity, auth) = net_auth(*protocol, auth.as_ref());
+            let protocol = match protocol {
+                NetProtocol::Nfs => "nfs",
+                NetProtocol::Iscsi => "iscsi",
             };
             let host = Some(Host {
                 name: host,
@@ -523,11 +518,52 @@ fn source(src: &DiskSource) -> Result<(&'static str, Source<'_>), DomainXmlError
                     name: Some(name),
                     host,
                     identity,
+                    auth,
                     ..empty
                 },
             )
         }
     })
+}
+
+/// The NFS `<identity>` and the iSCSI `<auth>` of a network disk. libnfs connects as the QEMU
+/// user unless told otherwise: an NFS disk without an identity claims root (an external export
+/// without root squash); the embedded export names its owner's uid. CHAP names the libvirt
+/// secret by usage, never its value.
+fn net_auth(protocol: NetProtocol, auth: Option<&NetAuth>) -> (Option<Identity>, Option<Auth>) {
+    match (protocol, auth) {
+        (NetProtocol::Nfs, Some(NetAuth::NfsIdentity { uid, gid })) => (
+            Some(Identity {
+                user: format!("+{uid}"),
+                group: format!("+{gid}"),
+            }),
+            None,
+        ),
+        (NetProtocol::Nfs, _) => (
+            Some(Identity {
+                user: "root".into(),
+                group: "root".into(),
+            }),
+            None,
+        ),
+        (
+            NetProtocol::Iscsi,
+            Some(NetAuth::IscsiChap {
+                username,
+                secret_usage,
+            }),
+        ) => (
+            None,
+            Some(Auth {
+                username: username.clone(),
+                secret: AuthSecret {
+                    kind: "iscsi",
+                    usage: secret_usage.clone(),
+                },
+            }),
+        ),
+        (NetProtocol::Iscsi, _) => (None, None),
+    }
 }
 
 /// An absolute, UTF-8, control-character-free path as a string.
@@ -833,7 +869,24 @@ struct Source<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     host: Option<Host<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    auth: Option<Auth>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     identity: Option<Identity>,
+}
+
+#[derive(Serialize)]
+struct Auth {
+    #[serde(rename = "@username")]
+    username: String,
+    secret: AuthSecret,
+}
+
+#[derive(Serialize)]
+struct AuthSecret {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    #[serde(rename = "@usage")]
+    usage: String,
 }
 
 #[derive(Serialize)]
@@ -847,9 +900,9 @@ struct Host<'a> {
 #[derive(Serialize)]
 struct Identity {
     #[serde(rename = "@user")]
-    user: &'static str,
+    user: String,
     #[serde(rename = "@group")]
-    group: &'static str,
+    group: String,
 }
 
 #[derive(Serialize)]

@@ -146,12 +146,14 @@ mod tests {
                 name: "/export/x.qcow2".into(),
                 host: "127.0.0.1".into(),
                 port: None,
+                auth: None,
             },
             DiskSource::Network {
                 protocol: NetProtocol::Iscsi,
                 name: "iqn.2026-12.dev.vmbench:x/1".into(),
                 host: "127.0.0.1".into(),
                 port: Some(3260),
+                auth: None,
             },
             DiskSource::SharedDir {
                 socket: "/w/virtiofs-1.sock".into(),

@@ -103,6 +103,7 @@ mod tests {
             name: "x".into(),
             host: "127.0.0.1".into(),
             port: None,
+            auth: None,
         }
     }
 

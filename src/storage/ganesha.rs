@@ -1,6 +1,13 @@
 //! An embedded, user-space NFS server: nfs-ganesha with the VFS FSAL, bound to 127.0.0.1,
 //! exporting one directory under the run's work dir to 127.0.0.1 only.
 //!
+//! Closed to other local users (docs/security.md): the export grants access only in its CLIENT
+//! block, for the address QEMU connects from; root is squashed, so a client that claims uid 0
+//! over AUTH_SYS becomes `nobody`; the export directory and its images belong to
+//! [`EXPORT_UID`]:[`EXPORT_GID`] with mode 0700/0600, and its parent is root's 0700, so nobody else
+//! reaches them through the host filesystem. QEMU (through `<identity>` in the disk XML) and our
+//! own qemu-img calls (through `?uid=&gid=` in the URL) claim that uid.
+//!
 //! QEMU reaches it through its own libnfs driver (no kernel client). libnfs speaks NFSv3 and asks
 //! the portmapper for mountd, so rpcbind must run: we start one (`rpcbind -f -w`, as our child)
 //! only when none runs, and stop only the one we started. ganesha runs in the foreground
@@ -40,6 +47,14 @@ pub struct Ganesha {
 /// The address ganesha binds and clients use (loopback only).
 pub const HOST: &str = "127.0.0.1";
 
+/// The uid that owns the export and its images, and that QEMU's libnfs and our qemu-img calls
+/// claim over AUTH_SYS. No account has it on a Debian host (system accounts stop at 999, users
+/// at 59999, Debian's reserved range starts at 60000 and libvirt-qemu is 64055), so no local
+/// user owns these files through the host filesystem.
+pub const EXPORT_UID: u32 = 64049;
+/// The gid that goes with [`EXPORT_UID`].
+pub const EXPORT_GID: u32 = 64049;
+
 impl Ganesha {
     /// Writes `work_dir/ganesha.conf`, creates `work_dir/export` (0711 path), starts rpcbind if
     /// none runs, starts `ganesha.nfsd -F`, and waits until a probe file can be created over
@@ -62,7 +77,10 @@ impl Ganesha {
         let conf = work_dir.join("ganesha.conf");
         let log = work_dir.join("ganesha.log");
         let pid_file = work_dir.join("ganesha.pid");
-        write_file(&conf, &config_text(&export_dir))?;
+        // QEMU connects to HOST over loopback, so its source address is HOST as well: the CLIENT
+        // block is for that one address. (A server moved into a network namespace passes the
+        // host-side address QEMU connects from instead.)
+        write_file(&conf, &config_text(&export_dir, HOST, HOST))?;
         let rpcbind = start_rpcbind_if_needed(&log)?;
         let mut g = Ganesha {
             export_dir,
@@ -105,9 +123,14 @@ impl Ganesha {
         &self.log
     }
 
-    /// `nfs://127.0.0.1/EXPORT/NAME` for a file `name` directly in the export.
+    /// `nfs://127.0.0.1/EXPORT/NAME?uid=U&gid=G` for a file `name` directly in the export, as
+    /// the export's owner (root is squashed, see the module doc).
     pub fn url_for(&self, name: &str) -> String {
-        format!("nfs://{}{}/{name}", self.host(), self.export_path())
+        format!(
+            "nfs://{}{}/{name}?uid={EXPORT_UID}&gid={EXPORT_GID}",
+            self.host(),
+            self.export_path()
+        )
     }
 
     /// Whether rpcbind was started by us (and will be stopped with ganesha).
@@ -183,17 +206,19 @@ impl Drop for Ganesha {
     }
 }
 
-/// The ganesha configuration: loopback only, NFSv3+4, one RW export without root squash.
+/// The ganesha configuration: bound to `server`, NFSv3+4, one export that grants nothing at
+/// EXPORT level (a client matching no CLIENT block gets the EXPORT's permissions,
+/// ganesha-export-config(8)) and RW with root squashed in the CLIENT block for `client` only.
 /// NLM and RQUOTA are off: QEMU's libnfs uses neither, and rquotad's fixed port 875 would
 /// collide with a second server. `Attr_Expiration_Time = 0`: teardown deletes images from the
 /// host side, behind ganesha's back; with its attribute cache a later CREATE of the same name
 /// fails with NFS3ERR_STALE (seen).
-fn config_text(export_dir: &Path) -> String {
+fn config_text(export_dir: &Path, server: &str, client: &str) -> String {
     let p = export_dir.display();
     format!(
         r#"# Written by vmbench for one run; do not edit.
 NFS_CORE_PARAM {{
-    Bind_addr = 127.0.0.1;
+    Bind_addr = {server};
     NFS_Port = {NFS_PORT};
     Protocols = 3, 4;
     Enable_NLM = false;
@@ -206,15 +231,18 @@ EXPORT {{
     Export_Id = 1;
     Path = "{p}";
     Pseudo = "{p}";
-    Access_Type = RW;
-    Squash = No_Root_Squash;
+    Access_Type = None;
+    Squash = Root_Squash;
+    Anonymous_Uid = 65534;
+    Anonymous_Gid = 65534;
     Protocols = 3, 4;
     Transports = TCP;
     SecType = sys;
     Attr_Expiration_Time = 0;
     CLIENT {{
-        Clients = 127.0.0.1;
+        Clients = {client};
         Access_Type = RW;
+        Squash = Root_Squash;
     }}
     FSAL {{
         Name = VFS;
@@ -240,18 +268,34 @@ fn check_nfs_safe(dir: &Path) -> Result<(), StorageError> {
     )))
 }
 
+/// `work_dir` root's and 0700 (config, log, and the way to the export: other local users cannot
+/// traverse it; ganesha runs as root); `export_dir` the export owner's and 0700. QEMU reaches
+/// the images only over NFS, so it needs no traversal here.
 fn make_dirs(work_dir: &Path, export_dir: &Path) -> Result<(), StorageError> {
     use std::os::unix::fs::PermissionsExt;
+    let io = |what: &str, d: &Path| {
+        let context = format!("{what} {}", d.display());
+        move |source| StorageError::Io { context, source }
+    };
     for d in [work_dir, export_dir] {
-        std::fs::create_dir_all(d).map_err(|source| StorageError::Io {
-            context: format!("creating {}", d.display()),
-            source,
-        })?;
+        std::fs::create_dir_all(d).map_err(io("creating", d))?;
     }
-    // QEMU opens files here as libvirt-qemu via a host_path baseline; 0711 lets it traverse.
-    std::fs::set_permissions(export_dir, std::fs::Permissions::from_mode(0o711)).map_err(|source| {
+    std::os::unix::fs::chown(work_dir, Some(0), Some(0)).map_err(io("chown", work_dir))?;
+    std::fs::set_permissions(work_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(io("chmod", work_dir))?;
+    std::os::unix::fs::chown(export_dir, Some(EXPORT_UID), Some(EXPORT_GID))
+        .map_err(io("chown", export_dir))?;
+    std::fs::set_permissions(export_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(io("chmod", export_dir))
+}
+
+/// Makes an image in the export readable and writable by the export's owner only (libnfs
+/// creates files with the mode its caller asks for, which need not be 0600).
+pub fn restrict_image(path: &Path) -> Result<(), StorageError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
         StorageError::Io {
-            context: format!("chmod {}", export_dir.display()),
+            context: format!("chmod {}", path.display()),
             source,
         }
     })
@@ -341,11 +385,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_is_loopback_only_and_rw() {
-        let c = config_text(Path::new("/var/tmp/run/export"));
-        assert!(c.contains("Bind_addr = 127.0.0.1;"));
-        assert!(c.contains("Clients = 127.0.0.1;"));
-        assert!(c.contains("Squash = No_Root_Squash;"));
+    fn config_grants_access_only_to_the_client_with_root_squashed() {
+        let c = config_text(Path::new("/var/tmp/run/export"), "10.9.0.1", "10.9.0.2");
+        assert!(c.contains("Bind_addr = 10.9.0.1;"));
+        let (export_level, client) = c.split_once("CLIENT {").unwrap();
+        assert!(export_level.contains("Access_Type = None;"), "{c}");
+        assert!(export_level.contains("Squash = Root_Squash;"), "{c}");
+        assert!(client.contains("Clients = 10.9.0.2;"), "{c}");
+        assert!(client.contains("Access_Type = RW;"), "{c}");
+        assert!(client.contains("Squash = Root_Squash;"), "{c}");
+        assert!(!c.contains("No_Root_Squash"), "{c}");
+        assert!(!c.contains("127.0.0.1"), "{c}");
         assert!(c.contains("Path = \"/var/tmp/run/export\";"));
         assert!(c.contains("Pseudo = \"/var/tmp/run/export\";"));
         assert!(c.contains("Name = VFS;"));

@@ -10,7 +10,9 @@
 
 use super::cmd;
 use super::tgt::Tgt;
-use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
+use super::{
+    DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
+};
 use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -239,15 +241,9 @@ impl IscsiBackend {
             tid,
             file: file.clone(),
         });
-        create_sparse(&file, lun_bytes)?;
+        create_backing(&file, cell.format, size_bytes, lun_bytes)?;
         tgt.add_target(tid, &iqn, &file)?;
         let url = tgt.url_for(&iqn, 1);
-        if cell.format == Format::Qcow2 {
-            cmd::run(
-                "qemu-img",
-                &["create", "-q", "-f", "qcow2", &url, &size_bytes.to_string()],
-            )?;
-        }
         let mut params = base_params(&url, "127.0.0.1", Some(tgt.portal_port()), &iqn, 1);
         params.insert("mode".into(), "embedded".into());
         params.insert("server_software".into(), "tgt (tgtd, user space)".into());
@@ -256,7 +252,7 @@ impl IscsiBackend {
         params.insert("backing_file".into(), file.display().to_string());
         params.insert("lun_bytes".into(), lun_bytes.to_string());
         Ok(ProvisionedDisk {
-            source: network_source(&iqn, 1, "127.0.0.1", Some(tgt.portal_port())),
+            source: network_source(&iqn, 1, "127.0.0.1", Some(tgt.portal_port()), tgt.auth()),
             format: cell.format,
             size_bytes,
             host_path: Some(file),
@@ -295,7 +291,7 @@ impl IscsiBackend {
         params.insert("lun_bytes".into(), lun_bytes.to_string());
         params.insert("requested_bytes".into(), size_bytes.to_string());
         Ok(ProvisionedDisk {
-            source: network_source(&u.target, u.lun, &u.host, u.port),
+            source: network_source(&u.target, u.lun, &u.host, u.port, None),
             format: cell.format,
             size_bytes: guest_bytes,
             host_path: None,
@@ -321,14 +317,50 @@ fn base_params(
     p
 }
 
-/// libvirt's view of LUN `lun` of target `iqn` at the portal `host[:port]`.
-pub fn network_source(iqn: &str, lun: u32, host: &str, port: Option<u16>) -> DiskSource {
+/// libvirt's view of LUN `lun` of target `iqn` at the portal `host[:port]`, logging in with
+/// `auth` (CHAP) when given.
+pub fn network_source(
+    iqn: &str,
+    lun: u32,
+    host: &str,
+    port: Option<u16>,
+    auth: Option<NetAuth>,
+) -> DiskSource {
     DiskSource::Network {
         protocol: NetProtocol::Iscsi,
         name: format!("{iqn}/{lun}"),
         host: host.to_string(),
         port,
+        auth,
     }
+}
+
+/// The LUN's backing file: `lun_bytes` long and sparse; for qcow2, formatted on the host before
+/// tgtd sees it (qcow2 finds free clusters by its refcounts, so the zeros after its header are
+/// room to grow, as on a fixed-size LUN). Done on the host, not over iSCSI, so that no CHAP
+/// secret has to be passed to a qemu-img command line.
+fn create_backing(
+    path: &Path,
+    format: Format,
+    size_bytes: u64,
+    lun_bytes: u64,
+) -> Result<(), StorageError> {
+    create_sparse(path, 0)?;
+    if format == Format::Qcow2 {
+        let p = path.to_string_lossy();
+        cmd::run(
+            "qemu-img",
+            &["create", "-q", "-f", "qcow2", &p, &size_bytes.to_string()],
+        )?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(lun_bytes))
+        .map_err(|source| StorageError::Io {
+            context: format!("sizing {}", path.display()),
+            source,
+        })
 }
 
 /// A sparse file of `bytes` (the LUN's backing store).

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod block;
+pub mod chap;
 pub mod cmd;
 pub mod ganesha;
 pub mod hostdir;
@@ -95,6 +96,10 @@ pub enum DiskSource {
         host: String,
         /// Server port, when not the protocol default.
         port: Option<u16>,
+        /// Who the client says it is (NFS) or how it logs in (iSCSI CHAP); `None`: NFS as root,
+        /// iSCSI without CHAP.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<NetAuth>,
     },
     /// Not a disk: a host directory shared with virtio-fs (`<filesystem>` with an externally
     /// started virtiofsd on `socket`), mounted by the guest under [`vmbench_proto::TEST_FS_TAG`].
@@ -106,11 +111,32 @@ pub enum DiskSource {
     },
 }
 
+/// How QEMU identifies itself to a network storage server. Never holds a secret: CHAP's secret
+/// lives only in libvirt, named by its usage.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NetAuth {
+    /// NFS AUTH_SYS: the uid and gid libnfs claims (libvirt `<identity user='+U' group='+G'/>`).
+    NfsIdentity {
+        /// User id.
+        uid: u32,
+        /// Group id.
+        gid: u32,
+    },
+    /// iSCSI CHAP: `<auth username=...><secret type='iscsi' usage=.../></auth>`.
+    IscsiChap {
+        /// The CHAP user name.
+        username: String,
+        /// The usage name of the libvirt secret that holds the CHAP secret.
+        secret_usage: String,
+    },
+}
+
 /// Network disk protocols QEMU reaches in user space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NetProtocol {
-    /// NFS through libnfs (`<identity user='root' group='root'/>` is added for it).
+    /// NFS through libnfs (`<identity>` from [`NetAuth::NfsIdentity`], else root).
     Nfs,
     /// iSCSI through libiscsi.
     Iscsi,
@@ -285,20 +311,22 @@ pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Pat
             (Some(m), _) => DiskSource::File {
                 path: m.join(image),
             },
-            (None, Some(url)) => nfs::network_source(&url.host, &url.export, &image),
+            (None, Some(url)) => nfs::network_source(&url.host, &url.export, &image, None),
             (None, None) => nfs::network_source(
                 ganesha::HOST,
                 &servers.join("ganesha/export").to_string_lossy(),
                 &image,
+                Some(nfs::embedded_identity()),
             ),
         },
         Backend::Iscsi => match &opts.iscsi {
-            Some(u) => iscsi::network_source(&u.target, u.lun, &u.host, u.port),
+            Some(u) => iscsi::network_source(&u.target, u.lun, &u.host, u.port, None),
             None => iscsi::network_source(
                 &format!("{}:{PLANNED_TAG}", tgt::IQN_PREFIX),
                 1,
                 ganesha::HOST,
                 Some(tgt::DEFAULT_PORTAL_PORT),
+                None,
             ),
         },
         Backend::Block => DiskSource::Block {
@@ -378,7 +406,8 @@ mod plan_tests {
                 protocol: NetProtocol::Iscsi,
                 name: "iqn.2026-12.dev.x:t/3".into(),
                 host: "10.1.1.2".into(),
-                port: None
+                port: None,
+                auth: None
             }
         );
         assert_eq!(

@@ -11,8 +11,10 @@
 //!   there and libvirt gets a file disk.
 
 use super::cmd;
-use super::ganesha::Ganesha;
-use super::{DiskSource, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
+use super::ganesha::{self, Ganesha};
+use super::{
+    DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
+};
 use crate::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -64,6 +66,20 @@ impl NfsUrl {
             host: host.to_string(),
             export,
             options,
+        })
+    }
+
+    /// The `?uid=&gid=` the URL claims, as QEMU's identity (both, or none: root).
+    pub fn identity(&self) -> Option<NetAuth> {
+        let get = |k: &str| {
+            self.options
+                .iter()
+                .find(|(o, _)| o == k)
+                .and_then(|(_, v)| v.parse().ok())
+        };
+        Some(NetAuth::NfsIdentity {
+            uid: get("uid")?,
+            gid: get("gid")?,
         })
     }
 
@@ -173,13 +189,28 @@ fn parse_options(q: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
-/// libvirt's view of image `name` in `export` on `host` (libnfs, NFSv3, portmapper ports).
-pub fn network_source(host: &str, export: &str, name: &str) -> DiskSource {
+/// libvirt's view of image `name` in `export` on `host` (libnfs, NFSv3, portmapper ports), as
+/// `identity` (`None`: root).
+pub fn network_source(
+    host: &str,
+    export: &str,
+    name: &str,
+    identity: Option<NetAuth>,
+) -> DiskSource {
     DiskSource::Network {
         protocol: NetProtocol::Nfs,
         name: format!("{export}/{name}"),
         host: host.to_string(),
         port: None,
+        auth: identity,
+    }
+}
+
+/// The identity QEMU claims on the embedded ganesha: the export's owner.
+pub fn embedded_identity() -> NetAuth {
+    NetAuth::NfsIdentity {
+        uid: ganesha::EXPORT_UID,
+        gid: ganesha::EXPORT_GID,
     }
 }
 
@@ -260,7 +291,7 @@ impl NfsBackend {
         size_bytes: u64,
     ) -> Result<ProvisionedDisk, StorageError> {
         let name = self.image_name(cell);
-        let (host, export, url, local, mut params) = match &self.mode {
+        let (host, export, url, local, identity, mut params) = match &self.mode {
             NfsMode::Embedded(g) => {
                 let mut p = BTreeMap::new();
                 p.insert("mode".into(), "embedded".into());
@@ -272,6 +303,7 @@ impl NfsBackend {
                     g.export_path(),
                     g.url_for(&name),
                     Some(local),
+                    Some(embedded_identity()),
                     p,
                 )
             }
@@ -290,6 +322,7 @@ impl NfsBackend {
                     u.export.clone(),
                     u.image_url(&name),
                     None,
+                    u.identity(),
                     p,
                 )
             }
@@ -306,6 +339,9 @@ impl NfsBackend {
             &["create", "-q", "-f", cell.format.as_str(), &url, &size],
         )?;
         self.confirm_last();
+        if let Some(local) = &local {
+            ganesha::restrict_image(local)?;
+        }
         params.insert("server".into(), host.clone());
         params.insert("protocol".into(), "nfs".into());
         // QEMU 7.2's nfs driver (libnfs) mounts with NFSv3; there is no version option.
@@ -314,7 +350,7 @@ impl NfsBackend {
         params.insert("url".into(), url);
         params.insert("image".into(), name.clone());
         Ok(ProvisionedDisk {
-            source: network_source(&host, &export, &name),
+            source: network_source(&host, &export, &name, identity),
             format: cell.format,
             size_bytes,
             host_path: local,
@@ -485,6 +521,9 @@ mod tests {
             vec![("uid".into(), "0".into()), ("gid".into(), "0".into())]
         );
         assert_eq!(u.image_url("x"), "nfs://10.0.0.2/export/x?uid=0&gid=0");
+        assert_eq!(u.identity(), Some(NetAuth::NfsIdentity { uid: 0, gid: 0 }));
+        let u = NfsUrl::parse("nfs://10.0.0.2/export?uid=7").unwrap();
+        assert_eq!(u.identity(), None);
     }
 
     #[test]

@@ -3,9 +3,14 @@
 //! `/var/run/tgtd/socket.N`) so that a system tgtd or another vmbench run does not collide.
 //! Every `tgtadm` call passes the same `-C N`.
 //!
+//! Every target requires CHAP with one random per-run account ([`super::chap`]); QEMU gets the
+//! secret through a libvirt secret that lives as long as this tgtd. The initiator ACL is the
+//! loopback address QEMU connects from.
+//!
 //! tgtd ignores SIGTERM: [`Tgt::stop`] deletes the targets (`--force`), then asks it to exit
 //! with `tgtadm --op delete --mode system`, and SIGKILLs it only if it is still there.
 
+use super::chap::{self, Chap, LibvirtSecret};
 use super::cmd;
 use super::StorageError;
 use std::collections::BTreeMap;
@@ -37,7 +42,15 @@ pub struct Tgt {
     /// Live targets: tid -> IQN.
     targets: Mutex<BTreeMap<u32, String>>,
     child: Mutex<Option<Child>>,
+    /// The per-run CHAP account every target is bound to.
+    chap: Chap,
+    /// The libvirt secret holding the CHAP secret; undefined by `stop`.
+    secret: Mutex<Option<LibvirtSecret>>,
 }
+
+/// The initiator address targets accept: QEMU connects to the loopback portal, so its source
+/// address is loopback too.
+const INITIATOR: &str = "127.0.0.1";
 
 impl Tgt {
     /// Starts `tgtd -f -C N --iscsi portal=127.0.0.1:PORT` with its log in
@@ -59,19 +72,86 @@ impl Tgt {
         };
         let ctl_port = free_control_port()?;
         let log = work_dir.join("tgtd.log");
+        let run = cmd::run_tag();
         let child = spawn_tgtd(ctl_port, portal_port, &log)?;
         let t = Tgt {
             ctl_port,
             portal_port,
             pid: child.id(),
             log,
-            run: cmd::run_tag(),
+            chap: Chap::random(&cmd::unique_tag()),
+            run,
             next_tid: AtomicU32::new(1),
             targets: Mutex::new(BTreeMap::new()),
             child: Mutex::new(Some(child)),
+            secret: Mutex::new(None),
         };
+        // From here on, Drop stops tgtd and undefines the secret.
         t.wait_ready()?;
+        t.add_account()?;
+        t.define_secret(work_dir)?;
         Ok(t)
+    }
+
+    /// Creates the CHAP account in tgtd. tgtadm takes the secret as an argument (it has no
+    /// other way), so it is visible in this short-lived process's command line; a failure is
+    /// reported without it.
+    fn add_account(&self) -> Result<(), StorageError> {
+        let port = self.ctl_port.to_string();
+        let args = [
+            "-C",
+            &port,
+            "--lld",
+            "iscsi",
+            "--op",
+            "new",
+            "--mode",
+            "account",
+            "--user",
+            self.chap.username(),
+            "--password",
+            self.chap.secret(),
+        ];
+        cmd::run("tgtadm", &args).map(drop).map_err(|e| {
+            let detail = match e {
+                StorageError::Command { detail, .. } => detail,
+                other => other.to_string(),
+            };
+            StorageError::Command {
+                command: format!(
+                    "tgtadm -C {port} --op new --mode account --user {} --password (hidden)",
+                    self.chap.username()
+                ),
+                detail,
+            }
+        })
+    }
+
+    /// Defines the libvirt secret QEMU logs in with, and records its usage name (not its value)
+    /// in `work_dir` so that `vmbench cleanup` can undefine it after a kill -9.
+    fn define_secret(&self, work_dir: &Path) -> Result<(), StorageError> {
+        let usage = format!(
+            "{}{}",
+            chap::USAGE_PREFIX,
+            self.chap.username().trim_start_matches("vmbench-")
+        );
+        let file = work_dir.join(chap::USAGE_FILE);
+        std::fs::write(&file, &usage).map_err(|source| StorageError::Io {
+            context: format!("writing {}", file.display()),
+            source,
+        })?;
+        let s = LibvirtSecret::define(&usage, &self.chap)?;
+        *self.secret.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+        Ok(())
+    }
+
+    /// How QEMU logs in: the CHAP user name and the libvirt secret's usage name.
+    pub fn auth(&self) -> Option<super::NetAuth> {
+        let guard = self.secret.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(|s| super::NetAuth::IscsiChap {
+            username: self.chap.username().to_string(),
+            secret_usage: s.usage().to_string(),
+        })
     }
 
     /// tgtd's process id.
@@ -114,7 +194,8 @@ impl Tgt {
     }
 
     /// Creates target `tid` named `iqn` with LUN 1 backed by `backing`, reachable only from the
-    /// loopback initiator. On a failure half way the target is deleted again.
+    /// loopback initiator and only with the run's CHAP account. On a failure half way the
+    /// target is deleted again.
     pub fn add_target(&self, tid: u32, iqn: &str, backing: &Path) -> Result<(), StorageError> {
         let t = tid.to_string();
         let file = backing.to_string_lossy();
@@ -139,16 +220,22 @@ impl Tgt {
             ])
             .and_then(|_| {
                 self.tgtadm(&[
+                    "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", &t, "-I",
+                    INITIATOR,
+                ])
+            })
+            .and_then(|_| {
+                self.tgtadm(&[
                     "--lld",
                     "iscsi",
                     "--op",
                     "bind",
                     "--mode",
-                    "target",
+                    "account",
                     "--tid",
                     &t,
-                    "-I",
-                    "127.0.0.1",
+                    "--user",
+                    self.chap.username(),
                 ])
             });
         if let Err(e) = rest {
@@ -179,6 +266,8 @@ impl Tgt {
     /// Deletes every target, asks tgtd to exit, and SIGKILLs it after 5 s if it did not.
     /// Removes its control socket files. Idempotent.
     pub fn stop(&self) {
+        // Dropping it undefines it.
+        drop(self.secret.lock().unwrap_or_else(|e| e.into_inner()).take());
         let tids: Vec<u32> = self.lock_targets().keys().copied().collect();
         for tid in tids {
             let _ = self.delete_target(tid);
