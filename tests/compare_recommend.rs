@@ -16,6 +16,7 @@ fn cell(backend: Backend, format: Format) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("pg-randrw".into()),
+        link: Default::default(),
     }
 }
 

@@ -225,6 +225,7 @@ impl Case {
             io: self.io,
             layout: Layout::Raw,
             workload: WorkloadId::Preset("pg-randrw".into()),
+            link: Default::default(),
         }
     }
 

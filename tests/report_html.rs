@@ -37,6 +37,7 @@ fn run_record() -> RunRecord {
             io: IoMode::Native,
             layout: Layout::Raw,
             workload: WorkloadId::Preset("pg-randrw".into()),
+            link: Default::default(),
         };
         let passed = outcome == Outcome::Passed;
         CellResult {

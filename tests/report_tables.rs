@@ -28,6 +28,7 @@ fn cell(backend: Backend, format: Format, workload: WorkloadId) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload,
+        link: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ fn big_cell(i: usize) -> CellResult {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("pg-randrw".into()),
+        link: Default::default(),
     };
     let metrics = (0..METRICS_PER_CELL)
         .map(|k| {

@@ -17,6 +17,7 @@ fn cell(backend: Backend) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("pg-randrw".into()),
+        link: Default::default(),
     }
 }
 

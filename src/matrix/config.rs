@@ -4,6 +4,7 @@
 use crate::cell::{
     Backend, Bus, CacheMode, Format, Hypervisor, IoMode, Layout, UnknownValue, WorkloadId, XenMode,
 };
+use crate::cell::Link;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -85,6 +86,10 @@ pub struct MatrixConfig {
     pub include: Vec<BTreeMap<String, String>>,
     /// Backend parameters.
     pub storage: StorageConfig,
+    /// Network links between QEMU and the embedded NFS/iSCSI servers: `loopback` (unshaped) or
+    /// `RATE[+DELAY]` shaped with tc (`100mbit`, `1gbit+0.5ms`). Only nfs and iscsi cells vary
+    /// it. Default `["loopback"]`.
+    pub link: Vec<Link>,
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
     pub test_hooks: super::test_hooks::TestHooks,
@@ -122,6 +127,7 @@ impl Default for MatrixConfig {
             exclude: vec![],
             include: vec![],
             storage: StorageConfig::default(),
+            link: vec![Link::Loopback],
             test_hooks: Default::default(),
         }
     }
@@ -194,6 +200,28 @@ impl MatrixConfig {
         iops.into_iter().chain(bw).collect::<Vec<_>>().join(",")
     }
 
+    /// A shaped link needs the embedded server on that protocol: vmbench cannot shape a network
+    /// between QEMU and someone else's server.
+    fn check_links(&self) -> Result<(), ConfigError> {
+        let Some(shaped) = self.link.iter().find(|l| l.is_shaped()) else {
+            return Ok(());
+        };
+        let external = [
+            (Backend::Nfs, "--nfs", self.storage.nfs.is_some()),
+            (Backend::Nfs, "--nfs-mount", self.storage.nfs_mount.is_some()),
+            (Backend::Iscsi, "--iscsi", self.storage.iscsi.is_some()),
+        ];
+        for (backend, flag, is_external) in external {
+            if is_external && self.backend.contains(&backend) {
+                return Err(ConfigError::Invalid(format!(
+                    "link '{shaped}' with an external {flag} server: vmbench cannot shape \
+                     someone else's network (use --link loopback, or the embedded server)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Rejects empty dimensions, zero counts and contradictions.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let empty = [
@@ -206,6 +234,7 @@ impl MatrixConfig {
             ("layout", self.layout.is_empty()),
             ("workload", self.workload.is_empty()),
             ("xen_mode", self.xen_mode.is_empty()),
+            ("link", self.link.is_empty()),
         ];
         if let Some((name, _)) = empty.iter().find(|(_, e)| *e) {
             return Err(ConfigError::Invalid(format!(
@@ -227,6 +256,7 @@ impl MatrixConfig {
         }
         self.check_limits()?;
         self.check_auto_repeat()?;
+        self.check_links()?;
         if self.memory_mib < 128 {
             return Err(ConfigError::Invalid(
                 "'memory_mib' must be at least 128".into(),

@@ -80,6 +80,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             io,
                                             layout: layout_for(workload, layout),
                                             workload: workload.clone(),
+                                            link: Default::default(),
                                         });
                                     }
                                 }
@@ -90,7 +91,20 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
             }
         }
     }
-    out
+    with_links(out, &cfg.link)
+}
+
+/// Multiplies the cells whose disk is reached over the network (nfs, iscsi) by the links; the
+/// other backends have no link to shape and stay on the default one.
+fn with_links(cells: Vec<Cell>, links: &[crate::cell::Link]) -> Vec<Cell> {
+    let networked = |c: &Cell| matches!(c.backend, Backend::Nfs | Backend::Iscsi);
+    cells
+        .into_iter()
+        .flat_map(|c| {
+            let links = if networked(&c) { links.to_vec() } else { vec![Default::default()] };
+            links.into_iter().map(move |link| Cell { link, ..c.clone() })
+        })
+        .collect()
 }
 
 /// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured); the
@@ -129,10 +143,15 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "workload" => v
                 .parse::<WorkloadId>()
                 .and_then(|w| crate::workload::check(&w)),
+            "link" => {
+                v.parse::<crate::cell::Link>()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                Ok(())
+            }
             other => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
-                     xen_mode, backend, format, bus, cache, io, layout, workload)"
+                     xen_mode, backend, format, bus, cache, io, layout, workload, link)"
                 )))
             }
         };
@@ -158,6 +177,8 @@ pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
             "io" => c.io.to_string(),
             "layout" => c.layout.to_string(),
             "workload" => c.workload.to_string(),
+            // Compared as values: `1gbit+0.5ms` and `1gbit+500us` are the same link.
+            "link" => return v.parse::<crate::cell::Link>().is_ok_and(|l| l == c.link),
             _ => return false,
         };
         actual == v.trim()

@@ -71,6 +71,7 @@ pub async fn boot_probe(
         io: IoMode::Threads,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("probe".into()),
+        link: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),

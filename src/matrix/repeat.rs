@@ -200,6 +200,7 @@ mod tests {
             io: IoMode::Native,
             layout: Layout::Raw,
             workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
+            link: Default::default(),
         };
         CellResult {
             cell_id: cell.id(),

@@ -14,5 +14,6 @@ pub fn cell(backend: Backend, format: Format) -> Cell {
         io: IoMode::Native,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("pg-randrw".into()),
+        link: Default::default(),
     }
 }

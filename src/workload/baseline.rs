@@ -332,6 +332,7 @@ mod tests {
             io: crate::cell::IoMode::Threads,
             layout,
             workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
+            link: Default::default(),
         }
     }
 
