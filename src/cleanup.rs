@@ -1,13 +1,15 @@
 //! `vmbench cleanup`: removes what a crashed run left behind, found by vmbench's own markers and
 //! nothing else: domains carrying the metadata marker (of runs under `--runs-dir`, or the one
 //! named by `--run`), embedded servers whose config or log lies in a dead run's `servers/`
-//! directory, and the run's work directory (images, LUN backing files, sockets). A run that is
+//! directory, the run's network namespaces (`vmbench-<run id>-*`, with their veth pairs and
+//! qdiscs), and the run's work directory (images, LUN backing files, sockets). A run that is
 //! still alive holds its lock file, and is never touched.
 
 use crate::hypervisor::libvirt::Libvirt;
 use crate::results::rundir::run_is_live;
 use crate::storage::cmd::cmdline;
 use crate::storage::ganesha::Ganesha;
+use crate::storage::netns;
 use crate::storage::servers::EmbeddedServer;
 use crate::storage::tgt::{Tgt, SOCKET_DIR as TGTD_SOCKETS};
 use std::path::{Path, PathBuf};
@@ -153,6 +155,9 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             }
         }
     }
+    if let Some(id) = name(run) {
+        clean_namespaces(&id, dry, rep);
+    }
     let marker = run.join("work-dir");
     if let Ok(work) = std::fs::read_to_string(&marker) {
         let work = PathBuf::from(work);
@@ -172,6 +177,22 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         for p in pid_files(&servers) {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// Removes the network namespaces named after dead run `id`: whatever still runs inside is
+/// that run's (only vmbench puts processes there) and is killed first, since a namespace with
+/// processes outlives `ip netns del`; then the veth pair and the namespace go, qdiscs with them.
+fn clean_namespaces(id: &str, dry: bool, rep: &mut Report) {
+    for ns in netns::list(Some(id)) {
+        rep.lines.push(format!("network namespace {ns} (and its veth pair)"));
+        if dry {
+            continue;
+        }
+        for pid in netns::ns_pids(&ns) {
+            kill_and_wait(pid);
+        }
+        netns::destroy(&ns);
     }
 }
 

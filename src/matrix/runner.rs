@@ -262,7 +262,7 @@ impl RunCtx {
             self.rundir.path.join("work-dir"),
             work.as_os_str().as_encoded_bytes(),
         )?;
-        let servers = Servers::new(self.rundir.path.join("servers"));
+        let servers = Servers::new(self.rundir.path.join("servers"), run_id);
         let conns = connect_all(self, plan, &image, &work).await;
         let prov = Provenance {
             io_limit: self.cfg.io_limit_provenance(),
@@ -377,7 +377,13 @@ impl RunCtx {
         s: &Slot<'_>,
     ) -> Option<CellResult> {
         let (cell, repeat) = (s.cell, s.repeat);
-        let opened = storage::open(&self.cfg.storage, cell.backend, servers, &shared.work);
+        let opened = storage::open(
+            &self.cfg.storage,
+            cell.backend,
+            cell.link,
+            servers,
+            &shared.work,
+        );
         let (mut backend, server) = match opened {
             Ok(o) => (o.backend, o.server),
             Err(OpenError::Unsupported(r)) => {
