@@ -176,15 +176,15 @@ fn embedded_images(g: &Arc<Ganesha>) {
         };
         assert_eq!(
             (*protocol, host.as_str(), *port),
-            (NetProtocol::Nfs, "127.0.0.1", None)
+            (NetProtocol::Nfs, g.host().to_string().as_str(), None)
         );
         assert!(name.starts_with(&g.export_path()), "{name}");
-        let url = format!("nfs://127.0.0.1{name}");
+        let url = format!("nfs://{}{name}", g.host());
         assert_eq!(url, d.params["url"]);
         assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
         qemu_io_roundtrip(&url, fmt, "none");
         assert_eq!(d.params["nfs_version"], "3");
-        assert_eq!(d.params["server"], "127.0.0.1");
+        assert_eq!(d.params["server"], g.host().to_string());
         let local = d.host_path.clone().unwrap();
         assert!(local.starts_with(g.export_dir()) && local.exists());
         files.push(local);
@@ -199,7 +199,7 @@ fn embedded_images(g: &Arc<Ganesha>) {
 /// The same server, used as an "external" one by URL: teardown truncates the image to 0
 /// bytes (the documented leftover), over libnfs.
 fn external_image(g: &Arc<Ganesha>) {
-    let url = format!("nfs://127.0.0.1{}", g.export_path());
+    let url = format!("nfs://{}{}", g.host(), g.export_path());
     let mut b = NfsBackend::external(&url).unwrap();
     let d = b
         .provision(
@@ -226,7 +226,7 @@ fn external_image(g: &Arc<Ganesha>) {
 
 /// A provision that fails (no such export on the server) leaves nothing and tears down cleanly.
 fn half_failed_external(g: &Arc<Ganesha>) {
-    let url = format!("nfs://127.0.0.1{}/missing", g.export_path());
+    let url = format!("nfs://{}{}/missing", g.host(), g.export_path());
     let mut b = NfsBackend::external(&url).unwrap();
     let e = b
         .provision(&cell(Backend::Nfs, Format::Raw), MIB, Path::new("/var/tmp"))
