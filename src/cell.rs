@@ -180,7 +180,9 @@ impl IoMode {
 /// `loopback` (the default) is an unshaped link; `RATE[+DELAY]` (e.g. `100mbit`, `1gbit+0.5ms`)
 /// is shaped with `tc` in both directions: RATE with tbf, DELAY (one way, so the round trip
 /// gains twice it) with netem. Only embedded servers can be shaped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub enum Link {
     /// No shaping.
@@ -225,7 +227,10 @@ impl Link {
 
     /// A name-safe form for cell ids (`net100mbit`, `net1gbit-500us`).
     fn slug(self) -> String {
-        format!("net{}", self.to_string().replace('+', "-").replace('.', "_"))
+        format!(
+            "net{}",
+            self.to_string().replace('+', "-").replace('.', "_")
+        )
     }
 }
 
@@ -234,11 +239,15 @@ impl fmt::Display for Link {
         let Link::Shaped { rate_bps, delay_us } = *self else {
             return f.write_str("loopback");
         };
-        let (n, unit) = [(1_000_000_000, "gbit"), (1_000_000, "mbit"), (1_000, "kbit")]
-            .into_iter()
-            .find(|(d, _)| rate_bps % d == 0)
-            .map(|(d, u)| (rate_bps / d, u))
-            .unwrap_or((rate_bps, "bit"));
+        let (n, unit) = [
+            (1_000_000_000, "gbit"),
+            (1_000_000, "mbit"),
+            (1_000, "kbit"),
+        ]
+        .into_iter()
+        .find(|(d, _)| rate_bps % d == 0)
+        .map(|(d, u)| (rate_bps / d, u))
+        .unwrap_or((rate_bps, "bit"));
         write!(f, "{n}{unit}")?;
         match delay_us {
             0 => Ok(()),
@@ -263,8 +272,11 @@ impl std::str::FromStr for Link {
             Some((r, d)) => (r, Some(d)),
             None => (s, None),
         };
-        let rate_bps = parse_scaled(rate, &[("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)])
-            .ok_or_else(|| bad("the rate is not a number with bit, kbit, mbit or gbit"))?;
+        let rate_bps = parse_scaled(
+            rate,
+            &[("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)],
+        )
+        .ok_or_else(|| bad("the rate is not a number with bit, kbit, mbit or gbit"))?;
         if !(1_000.0..=100e9).contains(&rate_bps) {
             return Err(bad("the rate must be between 1kbit and 100gbit"));
         }
@@ -544,12 +556,24 @@ mod tests {
         );
         assert_eq!(l.to_string(), "1gbit+500us");
         assert_eq!("100Mbit".parse::<Link>().unwrap().to_string(), "100mbit");
-        assert_eq!("1.5gbit+2ms".parse::<Link>().unwrap().to_string(), "1500mbit+2ms");
+        assert_eq!(
+            "1.5gbit+2ms".parse::<Link>().unwrap().to_string(),
+            "1500mbit+2ms"
+        );
         assert_eq!(
             "100mbit".parse::<Link>().unwrap().rate_bytes_per_sec(),
             Some(12.5e6)
         );
-        for bad in ["100", "100mb", "fast", "1gbit+", "1gbit+5", "0mbit", "-1gbit", "1gbit+0ms"] {
+        for bad in [
+            "100",
+            "100mb",
+            "fast",
+            "1gbit+",
+            "1gbit+5",
+            "0mbit",
+            "-1gbit",
+            "1gbit+0ms",
+        ] {
             let e = bad.parse::<Link>().unwrap_err().to_string();
             assert!(e.contains("valid: loopback, or RATE[+DELAY]"), "{bad}: {e}");
         }
@@ -567,7 +591,10 @@ mod tests {
         let mut v = stored.clone();
         v.as_object_mut().unwrap().remove("link");
         let back: Cell = serde_json::from_value(v).unwrap();
-        assert_eq!(back.link, Link::Loopback, "a cell stored before links loads");
+        assert_eq!(
+            back.link,
+            Link::Loopback,
+            "a cell stored before links loads"
+        );
     }
-
 }

@@ -185,7 +185,8 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
 /// processes outlives `ip netns del`; then the veth pair and the namespace go, qdiscs with them.
 fn clean_namespaces(id: &str, dry: bool, rep: &mut Report) {
     for ns in netns::list(Some(id)) {
-        rep.lines.push(format!("network namespace {ns} (and its veth pair)"));
+        rep.lines
+            .push(format!("network namespace {ns} (and its veth pair)"));
         if dry {
             continue;
         }

@@ -73,7 +73,10 @@ fn a_100mbit_link_caps_nfs_reads_and_loopback_is_faster() {
         shaped >= 0.8 * MBIT100_MIB_S,
         "100mbit link read {shaped:.2} MiB/s, under 80% of {MBIT100_MIB_S:.2}"
     );
-    assert!(plain > shaped, "loopback {plain:.2} <= 100mbit {shaped:.2} MiB/s");
+    assert!(
+        plain > shaped,
+        "loopback {plain:.2} <= 100mbit {shaped:.2} MiB/s"
+    );
     s.assert_no_leftovers();
     assert_eq!(net_leftovers(&s), Vec::<String>::new());
 }

@@ -31,10 +31,14 @@ fn net(tag: &str) -> Arc<NetNs> {
 fn host_listens(port: u16) -> bool {
     let want = format!(":{port:04X}");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(3) == Some(&"0A") && f[1].ends_with(&want)
-        })
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(3) == Some(&"0A") && f[1].ends_with(&want)
+            })
     })
 }
 
@@ -108,13 +112,20 @@ fn ganesha_embedded_and_external_nfs() {
     let ns_name = n.name().to_string();
     let g = Arc::new(Ganesha::start(work.path(), n).expect("ganesha starts"));
     let pid = g.pid();
-    assert!(g.started_rpcbind(), "ganesha gets its own rpcbind in its namespace");
+    assert!(
+        g.started_rpcbind(),
+        "ganesha gets its own rpcbind in its namespace"
+    );
     assert!(cmd::pids_named("ganesha.nfsd").contains(&pid));
     assert!(
         !host_listens(2049),
         "ganesha must not listen in the host's namespace"
     );
-    assert!(cmd::port_answers(g.host(), 2049), "ganesha answers on {}", g.host());
+    assert!(
+        cmd::port_answers(g.host(), 2049),
+        "ganesha answers on {}",
+        g.host()
+    );
 
     // A second server at the same time gets its own namespace, address and rpcbind.
     let work2 = work_dir("vmbench-nfs2");
@@ -126,7 +137,10 @@ fn ganesha_embedded_and_external_nfs() {
     std::fs::remove_file(g2.export_dir().join("probe2.raw")).unwrap();
     let ns2 = g2.net().name().to_string();
     drop(g2);
-    assert!(!vmbench::storage::netns::list(None).contains(&ns2), "{ns2} left");
+    assert!(
+        !vmbench::storage::netns::list(None).contains(&ns2),
+        "{ns2} left"
+    );
 
     embedded_images(&g);
     external_image(&g);
@@ -275,7 +289,11 @@ fn tgt_embedded_and_external_iscsi() {
         };
         assert_eq!(
             (*protocol, host.as_str(), *port),
-            (NetProtocol::Iscsi, t.host().to_string().as_str(), Some(t.portal_port()))
+            (
+                NetProtocol::Iscsi,
+                t.host().to_string().as_str(),
+                Some(t.portal_port())
+            )
         );
         assert!(
             name.starts_with("iqn.2026-12.dev.vmbench:") && name.ends_with("/1"),
@@ -528,7 +546,10 @@ fn ganesha_leaves_a_foreign_rpcbind_alone() {
         before,
         "the foreign rpcbind was touched"
     );
-    assert!(cmd::loopback_port_answers(111), "the host's rpcbind stopped answering");
+    assert!(
+        cmd::loopback_port_answers(111),
+        "the host's rpcbind stopped answering"
+    );
     assert!(
         cmd::run("rpcinfo", &["-p", "127.0.0.1"]).is_ok_and(|o| !o.contains("nfs")),
         "ganesha registered with the host's rpcbind"

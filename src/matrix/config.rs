@@ -1,10 +1,10 @@
 //! The matrix configuration: a TOML file (`--config`) whose every key has a documented default,
 //! overridden key by key by the command line. Unknown keys are an error (exit 2).
 
+use crate::cell::Link;
 use crate::cell::{
     Backend, Bus, CacheMode, Format, Hypervisor, IoMode, Layout, UnknownValue, WorkloadId, XenMode,
 };
-use crate::cell::Link;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -208,7 +208,11 @@ impl MatrixConfig {
         };
         let external = [
             (Backend::Nfs, "--nfs", self.storage.nfs.is_some()),
-            (Backend::Nfs, "--nfs-mount", self.storage.nfs_mount.is_some()),
+            (
+                Backend::Nfs,
+                "--nfs-mount",
+                self.storage.nfs_mount.is_some(),
+            ),
             (Backend::Iscsi, "--iscsi", self.storage.iscsi.is_some()),
         ];
         for (backend, flag, is_external) in external {

@@ -101,8 +101,14 @@ fn with_links(cells: Vec<Cell>, links: &[crate::cell::Link]) -> Vec<Cell> {
     cells
         .into_iter()
         .flat_map(|c| {
-            let links = if networked(&c) { links.to_vec() } else { vec![Default::default()] };
-            links.into_iter().map(move |link| Cell { link, ..c.clone() })
+            let links = if networked(&c) {
+                links.to_vec()
+            } else {
+                vec![Default::default()]
+            };
+            links
+                .into_iter()
+                .map(move |link| Cell { link, ..c.clone() })
         })
         .collect()
 }

@@ -17,8 +17,8 @@ use super::netns::{LinkAddrs, NetNs};
 use super::StorageError;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::process::{Child, Stdio};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

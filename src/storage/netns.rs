@@ -91,7 +91,11 @@ impl NetNs {
     /// mount namespace with `private_run` mounted on /run: rpcbind keeps its lock and socket
     /// there, and ganesha finds rpcbind through that socket, so a namespaced pair must not see
     /// (or replace) the host's.
-    pub fn command(&self, program: &str, private_run: Option<&Path>) -> Result<Command, StorageError> {
+    pub fn command(
+        &self,
+        program: &str,
+        private_run: Option<&Path>,
+    ) -> Result<Command, StorageError> {
         let handle = Path::new(NETNS_DIR).join(&self.name);
         let fd: OwnedFd = std::fs::File::open(&handle)
             .map_err(|source| StorageError::Io {
@@ -147,17 +151,17 @@ impl NetNs {
 fn shaping_plan(ns: &str, host_if: &str, ns_if: &str, link: Link) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for (netns, dev) in [(None, host_if), (Some(ns), ns_if)] {
-            for q in qdiscs(link) {
-                let mut v: Vec<String> = vec!["tc".into()];
-                if let Some(n) = netns {
-                    v.extend(["-n".into(), n.to_string()]);
-                }
-                v.extend(["qdisc", "add", "dev"].map(String::from));
-                v.push(dev.to_string());
-                v.extend(q);
-                out.push(v);
+        for q in qdiscs(link) {
+            let mut v: Vec<String> = vec!["tc".into()];
+            if let Some(n) = netns {
+                v.extend(["-n".into(), n.to_string()]);
             }
+            v.extend(["qdisc", "add", "dev"].map(String::from));
+            v.push(dev.to_string());
+            v.extend(q);
+            out.push(v);
         }
+    }
     out
 }
 
@@ -171,7 +175,9 @@ impl Drop for NetNs {
 /// veth pair, tbf and netem on both ends, then removes it. Embedded servers need the
 /// namespace even on `loopback`.
 pub fn probe() -> Result<String, String> {
-    let link: Link = "1gbit+1ms".parse().map_err(|e: crate::cell::BadLink| e.to_string())?;
+    let link: Link = "1gbit+1ms"
+        .parse()
+        .map_err(|e: crate::cell::BadLink| e.to_string())?;
     let run = format!("doctor{}", std::process::id());
     let ns = NetNs::create(&run, link).map_err(|e| e.to_string())?;
     let a = ns.addrs();
@@ -226,7 +232,11 @@ pub fn list(run: Option<&str>) -> Vec<String> {
 /// Process ids in namespace `ns` (`ip netns pids`).
 pub fn ns_pids(ns: &str) -> Vec<u32> {
     cmd::run("ip", &["netns", "pids", ns])
-        .map(|o| o.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .map(|o| {
+            o.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -304,14 +314,14 @@ fn same_30(a: Ipv4Addr, b: Ipv4Addr) -> bool {
 
 /// FNV-1a: a stable hash for names (std's hasher is randomly seeded per process).
 fn fnv(b: &[u8]) -> u32 {
-    b.iter()
-        .fold(0x811c_9dc5u32, |h, &x| (h ^ x as u32).wrapping_mul(0x0100_0193))
+    b.iter().fold(0x811c_9dc5u32, |h, &x| {
+        (h ^ x as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 fn cstring(p: &Path) -> Result<CString, StorageError> {
-    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| {
-        StorageError::Invalid(format!("path {} contains a NUL byte", p.display()))
-    })
+    CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| StorageError::Invalid(format!("path {} contains a NUL byte", p.display())))
 }
 
 /// Runs in the child between fork and exec: joins the network namespace, and with `run`, a

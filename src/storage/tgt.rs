@@ -10,12 +10,12 @@
 use super::cmd;
 use super::netns::NetNs;
 use super::StorageError;
-use std::net::Ipv4Addr;
-use std::sync::Arc;
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -155,15 +155,7 @@ impl Tgt {
             .and_then(|_| {
                 let client = self.net.addrs().client.to_string();
                 self.tgtadm(&[
-                    "--lld",
-                    "iscsi",
-                    "--op",
-                    "bind",
-                    "--mode",
-                    "target",
-                    "--tid",
-                    &t,
-                    "-I",
+                    "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", &t, "-I",
                     &client,
                 ])
             });
