@@ -122,7 +122,8 @@ impl NetNs {
         let (n, h, i) = (&self.name, &self.host_if, &self.ns_if);
         let host = format!("{}/30", self.addrs.client);
         let server = format!("{}/30", self.addrs.server);
-        [
+        let mtu = mtu(self.link).to_string();
+        let plan = [
             vec!["ip", "netns", "add", n],
             vec!["ip", "link", "add", h, "type", "veth", "peer", "name", i],
             vec!["ip", "link", "set", i, "netns", n],
@@ -131,9 +132,11 @@ impl NetNs {
             vec!["ip", "-n", n, "addr", "add", &server, "dev", i],
             vec!["ip", "-n", n, "link", "set", i, "up"],
             vec!["ip", "-n", n, "link", "set", "lo", "up"],
-        ]
-        .map(|v| v.into_iter().map(String::from).collect())
-        .to_vec()
+            vec!["ip", "link", "set", h, "mtu", &mtu],
+            vec!["ip", "-n", n, "link", "set", i, "mtu", &mtu],
+        ];
+        plan.map(|v| v.into_iter().map(String::from).collect())
+            .to_vec()
     }
 
     fn shaping_plan(&self) -> Vec<Vec<String>> {
@@ -238,6 +241,17 @@ pub fn ns_pids(ns: &str) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The veth MTU: an unshaped link stands in for loopback, so it gets (nearly) lo's 65536 and
+/// costs as few packets per byte (veth's maximum is 65535); a shaped link stands in for an
+/// Ethernet network and keeps 1500, which also keeps every packet under tbf's bucket.
+fn mtu(link: Link) -> u32 {
+    if link.is_shaped() {
+        1500
+    } else {
+        65535
+    }
 }
 
 /// The qdisc arguments (after `dev DEV`) for one end of `link`.
