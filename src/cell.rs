@@ -456,6 +456,9 @@ impl Cell {
         if self.layout != Layout::Raw {
             s.push_str(&format!("/{}", self.layout));
         }
+        if self.link.is_shaped() {
+            s.push_str(&format!("/{}", self.link));
+        }
         s
     }
 }
