@@ -179,6 +179,153 @@ impl IoMode {
     }
 }
 
+/// The network between QEMU and an embedded storage server.
+///
+/// `loopback` (the default) is an unshaped link; `RATE[+DELAY]` (e.g. `100mbit`, `1gbit+0.5ms`)
+/// is shaped with `tc` in both directions: RATE with tbf, DELAY (one way, so the round trip
+/// gains twice it) with netem. Only embedded servers can be shaped.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
+pub enum Link {
+    /// No shaping.
+    #[default]
+    Loopback,
+    /// Shaped to a rate and an optional one-way delay.
+    Shaped {
+        /// Bits per second, each direction.
+        rate_bps: u64,
+        /// Added one-way delay in microseconds (0: none).
+        delay_us: u32,
+    },
+}
+
+/// The spellings `--link` accepts, for error messages.
+const LINK_FORMS: &str = "loopback, or RATE[+DELAY] with RATE a number and one of \
+    bit/kbit/mbit/gbit (e.g. 100mbit, 1gbit) and DELAY a number and us/ms (e.g. 0.5ms)";
+
+/// A `--link` value that is not `loopback` or `RATE[+DELAY]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad link '{got}': {why} (valid: {LINK_FORMS})")]
+pub struct BadLink {
+    /// What the user wrote.
+    pub got: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+impl Link {
+    /// Whether traffic is shaped (not `loopback`).
+    pub fn is_shaped(self) -> bool {
+        self != Link::Loopback
+    }
+
+    /// The default, unshaped link (serde's skip test takes a reference).
+    pub fn is_loopback(&self) -> bool {
+        *self == Link::Loopback
+    }
+
+    /// The rate in bytes per second, if shaped.
+    pub fn rate_bytes_per_sec(self) -> Option<f64> {
+        match self {
+            Link::Loopback => None,
+            Link::Shaped { rate_bps, .. } => Some(rate_bps as f64 / 8.0),
+        }
+    }
+
+    /// A name-safe form for cell ids (`net100mbit`, `net1gbit-500us`).
+    fn slug(self) -> String {
+        format!(
+            "net{}",
+            self.to_string().replace('+', "-").replace('.', "_")
+        )
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Link::Shaped { rate_bps, delay_us } = *self else {
+            return f.write_str("loopback");
+        };
+        let (n, unit) = [
+            (1_000_000_000, "gbit"),
+            (1_000_000, "mbit"),
+            (1_000, "kbit"),
+        ]
+        .into_iter()
+        .find(|(d, _)| rate_bps % d == 0)
+        .map(|(d, u)| (rate_bps / d, u))
+        .unwrap_or((rate_bps, "bit"));
+        write!(f, "{n}{unit}")?;
+        match delay_us {
+            0 => Ok(()),
+            d if d % 1000 == 0 => write!(f, "+{}ms", d / 1000),
+            d => write!(f, "+{d}us"),
+        }
+    }
+}
+
+impl std::str::FromStr for Link {
+    type Err = BadLink;
+    fn from_str(s: &str) -> Result<Self, BadLink> {
+        let s = s.trim();
+        let bad = |why| BadLink {
+            got: s.to_string(),
+            why,
+        };
+        if s == "loopback" {
+            return Ok(Link::Loopback);
+        }
+        let (rate, delay) = match s.split_once('+') {
+            Some((r, d)) => (r, Some(d)),
+            None => (s, None),
+        };
+        let rate_bps = parse_scaled(
+            rate,
+            &[("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)],
+        )
+        .ok_or_else(|| bad("the rate is not a number with bit, kbit, mbit or gbit"))?;
+        if !(1_000.0..=100e9).contains(&rate_bps) {
+            return Err(bad("the rate must be between 1kbit and 100gbit"));
+        }
+        let delay_us = match delay {
+            None => 0.0,
+            Some(d) => parse_scaled(d, &[("ms", 1e3), ("us", 1.0)])
+                .ok_or_else(|| bad("the delay is not a number with us or ms"))?,
+        };
+        if !(0.0..=10e6).contains(&delay_us) || (delay.is_some() && delay_us < 1.0) {
+            return Err(bad("the delay must be between 1us and 10s"));
+        }
+        Ok(Link::Shaped {
+            rate_bps: rate_bps.round() as u64,
+            delay_us: delay_us.round() as u32,
+        })
+    }
+}
+
+/// `NUMBERunit` with one of `units` (name, factor) to a plain number; `None` when malformed.
+fn parse_scaled(s: &str, units: &[(&str, f64)]) -> Option<f64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, factor) = units
+        .iter()
+        .find_map(|(u, f)| s.strip_suffix(u).map(|n| (n.to_string(), *f)))?;
+    let v: f64 = num.trim().parse().ok()?;
+    (v.is_finite() && v > 0.0).then_some(v * factor)
+}
+
+impl TryFrom<String> for Link {
+    type Error = BadLink;
+    fn try_from(s: String) -> Result<Self, BadLink> {
+        s.parse()
+    }
+}
+impl From<Link> for String {
+    fn from(v: Link) -> String {
+        v.to_string()
+    }
+}
+
 /// A workload as named on the CLI: a preset or a user fio job file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -265,6 +412,10 @@ pub struct Cell {
     /// host read as before).
     #[serde(default, skip_serializing_if = "HostName::is_default")]
     pub host: HostName,
+    /// The network to the embedded storage server (stored cells without it were `loopback`;
+    /// loopback is left out of the JSON, so stored cells read as before).
+    #[serde(default, skip_serializing_if = "Link::is_loopback")]
+    pub link: Link,
 }
 
 /// The name of a libvirt host (`--host NAME=URI`): lowercase letters, digits and '-', so it can
@@ -349,6 +500,10 @@ impl Cell {
             self.layout.as_str().into(),
             workload_slug(&self.workload),
         ]);
+        // Only a shaped link enters the id, so ids from before the link dimension still match.
+        if self.link.is_shaped() {
+            parts.push(self.link.slug());
+        }
         let mut id = parts.join("-") + &self.fio.slug() + &self.tuning.slug();
         if !self.host.is_default() {
             id.push_str(&format!("-on-{}", self.host));
@@ -388,6 +543,7 @@ impl Cell {
             ("queues", opt_string(self.tuning.queues)),
             ("pin", self.tuning.pin.to_string()),
             ("host", self.host.to_string()),
+            ("link", self.link.to_string()),
         ]
     }
 
@@ -406,6 +562,9 @@ impl Cell {
         }
         if self.layout != Layout::Raw {
             s.push_str(&format!("/{}", self.layout));
+        }
+        if self.link.is_shaped() {
+            s.push_str(&format!("/{}", self.link));
         }
         if !self.host.is_default() {
             s = format!("{}:{s}", self.host);
@@ -716,6 +875,7 @@ mod tests {
             fio: Default::default(),
             tuning: Default::default(),
             host: HostName::default(),
+            link: Default::default(),
         };
         let id = c.id();
         assert!(
@@ -770,6 +930,7 @@ mod sweep_tests {
             fio: FioOverrides::default(),
             tuning: DiskTuning::default(),
             host: HostName::default(),
+            link: Link::default(),
         }
     }
 
@@ -843,6 +1004,61 @@ mod sweep_tests {
         assert_eq!(
             e.to_string(),
             "unknown rwmix '101' (valid: a whole number from 0 to 100)"
+        );
+    }
+
+    #[test]
+    fn links_parse_print_and_refuse_bad_spellings() {
+        assert_eq!("loopback".parse::<Link>().unwrap(), Link::Loopback);
+        let l: Link = "1gbit+0.5ms".parse().unwrap();
+        assert_eq!(
+            l,
+            Link::Shaped {
+                rate_bps: 1_000_000_000,
+                delay_us: 500
+            }
+        );
+        assert_eq!(l.to_string(), "1gbit+500us");
+        assert_eq!("100Mbit".parse::<Link>().unwrap().to_string(), "100mbit");
+        assert_eq!(
+            "1.5gbit+2ms".parse::<Link>().unwrap().to_string(),
+            "1500mbit+2ms"
+        );
+        assert_eq!(
+            "100mbit".parse::<Link>().unwrap().rate_bytes_per_sec(),
+            Some(12.5e6)
+        );
+        for bad in [
+            "100",
+            "100mb",
+            "fast",
+            "1gbit+",
+            "1gbit+5",
+            "0mbit",
+            "-1gbit",
+            "1gbit+0ms",
+        ] {
+            let e = bad.parse::<Link>().unwrap_err().to_string();
+            assert!(e.contains("valid: loopback, or RATE[+DELAY]"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_a_shaped_link_enters_the_cell_id() {
+        let mut c = crate::storage::testutil::cell(Backend::Nfs, Format::Raw);
+        let old = c.id();
+        assert!(!old.contains("net"), "{old}");
+        c.link = "1gbit+0.5ms".parse().unwrap();
+        assert_eq!(c.id(), format!("{old}-net1gbit-500us"));
+        let stored = serde_json::to_value(&c).unwrap();
+        assert_eq!(stored["link"], "1gbit+500us");
+        let mut v = stored.clone();
+        v.as_object_mut().unwrap().remove("link");
+        let back: Cell = serde_json::from_value(v).unwrap();
+        assert_eq!(
+            back.link,
+            Link::Loopback,
+            "a cell stored before links loads"
         );
     }
 }

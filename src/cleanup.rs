@@ -1,7 +1,8 @@
 //! `vmbench cleanup`: removes what a crashed run left behind, found by vmbench's own markers and
 //! nothing else: domains carrying the metadata marker (of runs under `--runs-dir`, or the one
 //! named by `--run`), embedded servers whose config or log lies in a dead run's `servers/`
-//! directory, and the run's work directory (images, LUN backing files, sockets). A run that is
+//! directory, the run's network namespaces (`vmbench-<run id>-*`, with their veth pairs and
+//! qdiscs), and the run's work directory (images, LUN backing files, sockets). A run that is
 //! still alive holds its lock file, and is never touched.
 
 use crate::hypervisor::libvirt::Libvirt;
@@ -9,6 +10,7 @@ use crate::results::rundir::run_is_live;
 use crate::storage::chap;
 use crate::storage::cmd::cmdline;
 use crate::storage::ganesha::Ganesha;
+use crate::storage::netns;
 use crate::storage::servers::EmbeddedServer;
 use crate::storage::tgt::{Tgt, SOCKET_DIR as TGTD_SOCKETS};
 use std::path::{Path, PathBuf};
@@ -155,7 +157,13 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             }
         }
     }
-    clean_chap_secret(&servers, dry, rep);
+    // One tgt directory per link: `tgt` (loopback) and `tgt-<link>` for shaped ones.
+    for tgt_dir in server_dirs(&servers, "tgt") {
+        clean_chap_secret(&tgt_dir, dry, rep);
+    }
+    if let Some(id) = name(run) {
+        clean_namespaces(&id, dry, rep);
+    }
     let marker = run.join("work-dir");
     if let Ok(work) = std::fs::read_to_string(&marker) {
         let work = PathBuf::from(work);
@@ -178,9 +186,25 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
     }
 }
 
+/// The directories of a run's servers named `name`: `name` itself (loopback) and `name-<link>`.
+fn server_dirs(servers: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let Ok(rd) = std::fs::read_dir(servers) else {
+        return vec![];
+    };
+    let shaped = format!("{name}-");
+    rd.flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n == name || n.starts_with(&shaped)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// The libvirt secret (iSCSI CHAP) of a dead run, named in its tgt directory by usage.
-fn clean_chap_secret(servers: &Path, dry: bool, rep: &mut Report) {
-    let file = servers.join("tgt").join(chap::USAGE_FILE);
+fn clean_chap_secret(tgt_dir: &Path, dry: bool, rep: &mut Report) {
+    let file = tgt_dir.join(chap::USAGE_FILE);
     let Ok(usage) = std::fs::read_to_string(&file) else {
         return;
     };
@@ -200,6 +224,23 @@ fn clean_chap_secret(servers: &Path, dry: bool, rep: &mut Report) {
         Err(e) => rep.kept.push(format!("libvirt secret {usage}: {e}")),
     }
     let _ = std::fs::remove_file(&file);
+}
+
+/// Removes the network namespaces named after dead run `id`: whatever still runs inside is
+/// that run's (only vmbench puts processes there) and is killed first, since a namespace with
+/// processes outlives `ip netns del`; then the veth pair and the namespace go, qdiscs with them.
+fn clean_namespaces(id: &str, dry: bool, rep: &mut Report) {
+    for ns in netns::list(Some(id)) {
+        rep.lines
+            .push(format!("network namespace {ns} (and its veth pair)"));
+        if dry {
+            continue;
+        }
+        for pid in netns::ns_pids(&ns) {
+            kill_and_wait(pid);
+        }
+        netns::destroy(&ns);
+    }
 }
 
 /// Server processes (by name, [`SERVER_COMMS`]) that belong to a run: their command line (the

@@ -288,6 +288,11 @@ pub struct MatrixArgs {
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,
+    /// Network links to the embedded NFS/iSCSI servers (nfs and iscsi cells): `loopback`
+    /// (unshaped) or RATE[+DELAY] shaped with tc both ways, e.g. 100mbit,1gbit+0.5ms.
+    /// [default: loopback]
+    #[arg(long, value_name = "LINK,...")]
+    pub link: Option<String>,
 }
 
 /// `vmbench doctor`.
@@ -510,6 +515,9 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     list!(iothread);
     list!(pin);
     sweep_numbers(&mut c, a)?;
+    if let Some(s) = &a.link {
+        c.link = parse_links(s)?;
+    }
     macro_rules! scalar {
         ($field:ident, $cfg:ident) => {
             if let Some(v) = a.$field.clone() {
@@ -617,6 +625,20 @@ fn sweep_numbers(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
         c.queues = parse_numbers(s, "queues", 1, 256)?;
     }
     Ok(())
+}
+
+/// `--link loopback,100mbit`: each parsed, duplicates (same rate and delay) dropped.
+fn parse_links(s: &str) -> Result<Vec<crate::cell::Link>, CliError> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let l: crate::cell::Link = part
+            .parse()
+            .map_err(|e| CliError::Usage(format!("--link: {e}")))?;
+        if !out.contains(&l) {
+            out.push(l);
+        }
+    }
+    Ok(out)
 }
 
 fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {

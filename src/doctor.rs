@@ -117,6 +117,11 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         "missing",
     ));
     out.push(check(
+        "link shaping (netns, tc)",
+        crate::storage::netns::probe(),
+        "unsupported",
+    ));
+    out.push(check(
         "host fio (for --host-baseline)",
         tool_version("fio", &["--version"]),
         "missing",

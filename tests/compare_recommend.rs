@@ -19,6 +19,7 @@ fn cell(backend: Backend, format: Format) -> Cell {
         fio: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
+        link: Default::default(),
     }
 }
 

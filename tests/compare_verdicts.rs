@@ -22,6 +22,7 @@ fn cell(backend: Backend) -> Cell {
         fio: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
+        link: Default::default(),
     }
 }
 

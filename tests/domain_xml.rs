@@ -249,6 +249,7 @@ impl Case {
             fio: Default::default(),
             tuning: Default::default(),
             host: Default::default(),
+            link: Default::default(),
         }
     }
 

@@ -281,6 +281,12 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
     // ... and the libvirt secret holding the run's CHAP secret.
     let usage = std::fs::read_to_string(run.join("servers/tgt/libvirt-secret-usage")).unwrap();
     assert!(virsh(&["secret-list"]).contains(&usage), "secret {usage}");
+    let namespaces = vmbench::storage::netns::list(Some(&run_id));
+    assert_eq!(
+        namespaces.len(),
+        1,
+        "the run's server namespace: {namespaces:?}"
+    );
 
     let out = cleanup(&s);
     assert!(out.contains("removed domain vmbench-"), "{out}");
@@ -292,6 +298,20 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
     assert!(
         !virsh(&["secret-list"]).contains(&usage),
         "secret {usage} left"
+    );
+    assert!(
+        out.contains(&format!("removed network namespace {}", namespaces[0])),
+        "{out}"
+    );
+    assert!(vmbench::storage::netns::list(Some(&run_id)).is_empty());
+    let (veth, _) = vmbench::storage::netns::veth_names(&namespaces[0]);
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&links.stdout).contains(&veth),
+        "{veth} left"
     );
     assert!(run_domains(&run_id).is_empty());
     assert!(vmbench::cleanup::server_processes(&run.join("servers")).is_empty());

@@ -40,6 +40,7 @@ fn run_record() -> RunRecord {
             fio: Default::default(),
             tuning: Default::default(),
             host: Default::default(),
+            link: Default::default(),
         };
         let passed = outcome == Outcome::Passed;
         CellResult {

@@ -31,6 +31,7 @@ fn cell(backend: Backend, format: Format, workload: WorkloadId) -> Cell {
         fio: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
+        link: Default::default(),
     }
 }
 

@@ -12,13 +12,35 @@ use vmbench::storage::ganesha::{Ganesha, EXPORT_GID, EXPORT_UID};
 use vmbench::storage::iscsi::IscsiBackend;
 use vmbench::storage::leftovers::{self, Leftover};
 use vmbench::storage::local::{LocalBackend, Prealloc};
+use vmbench::storage::netns::NetNs;
 use vmbench::storage::nfs::NfsBackend;
 use vmbench::storage::testutil::cell;
 use vmbench::storage::tgt::{tgt_targets, Tgt};
 use vmbench::storage::{DiskSource, NetAuth, NetProtocol, StorageBackend};
 
-/// Ganesha needs port 2049: tests that start it take this lock.
+/// Ganesha tests assert what rpcbind processes exist: tests that start it take this lock.
 static NFS_PORT_LOCK: Mutex<()> = Mutex::new(());
+
+/// A fresh unshaped namespace for one server (as a run's `loopback` link).
+fn net(tag: &str) -> Arc<NetNs> {
+    let run = format!("test{}-{tag}", std::process::id());
+    Arc::new(NetNs::create(&run, vmbench::cell::Link::Loopback).expect("namespace"))
+}
+
+/// Whether a TCP listener on `port` exists in this (the host's) network namespace.
+fn host_listens(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(3) == Some(&"0A") && f[1].ends_with(&want)
+            })
+    })
+}
 
 const MIB: u64 = 1024 * 1024;
 
@@ -40,26 +62,6 @@ fn qemu_info(target: &str) -> (String, u64) {
         v["format"].as_str().unwrap().to_string(),
         v["virtual-size"].as_u64().unwrap(),
     )
-}
-
-/// Whether TCP listeners on `port` exist and are all bound to 127.0.0.1 (plain or IPv4-mapped
-/// in IPv6), from /proc/net/tcp{,6} (state 0A = LISTEN).
-fn listens_only_on_loopback(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    let mut locals = Vec::new();
-    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let tcp = std::fs::read_to_string(f).unwrap_or_default();
-        for l in tcp.lines().skip(1) {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.get(3) == Some(&"0A") && f[1].ends_with(&want) {
-                locals.push(f[1].to_string());
-            }
-        }
-    }
-    let loopback = |a: &String| {
-        a.starts_with("0100007F:") || a.starts_with("0000000000000000FFFF00000100007F:")
-    };
-    !locals.is_empty() && locals.iter().all(loopback)
 }
 
 /// Live processes named `comm` whose parent is this test process: what a test leaves behind.
@@ -106,20 +108,39 @@ fn ganesha_embedded_and_external_nfs() {
     let _lock = NFS_PORT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let rpcbind_before = cmd::pids_named("rpcbind");
     let work = work_dir("vmbench-nfs");
-    let g = Arc::new(Ganesha::start(work.path()).expect("ganesha starts"));
+    let n = net("nfs");
+    let ns_name = n.name().to_string();
+    let g = Arc::new(Ganesha::start(work.path(), n).expect("ganesha starts"));
     let pid = g.pid();
-    let we_started_rpcbind = g.started_rpcbind();
-    assert_eq!(we_started_rpcbind, rpcbind_before.is_empty());
+    assert!(
+        g.started_rpcbind(),
+        "ganesha gets its own rpcbind in its namespace"
+    );
     assert!(cmd::pids_named("ganesha.nfsd").contains(&pid));
     assert!(
-        listens_only_on_loopback(2049),
-        "ganesha must listen on 127.0.0.1:2049 only"
+        !host_listens(2049),
+        "ganesha must not listen in the host's namespace"
+    );
+    assert!(
+        cmd::port_answers(g.host(), 2049),
+        "ganesha answers on {}",
+        g.host()
     );
 
-    // A second server cannot have the port, and says so.
+    // A second server at the same time gets its own namespace, address and rpcbind.
     let work2 = work_dir("vmbench-nfs2");
-    let e = Ganesha::start(work2.path()).unwrap_err().to_string();
-    assert!(e.contains("port 2049"), "{e}");
+    let g2 = Ganesha::start(work2.path(), net("nfs2")).expect("a second ganesha starts");
+    assert_ne!(g2.host(), g.host());
+    let url2 = g2.url_for("probe2.raw");
+    cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url2, "1M"]).unwrap();
+    assert_eq!(qemu_info(&url2), ("raw".to_string(), MIB));
+    std::fs::remove_file(g2.export_dir().join("probe2.raw")).unwrap();
+    let ns2 = g2.net().name().to_string();
+    drop(g2);
+    assert!(
+        !vmbench::storage::netns::list(None).contains(&ns2),
+        "{ns2} left"
+    );
 
     embedded_images(&g);
     external_image(&g);
@@ -136,18 +157,16 @@ fn ganesha_embedded_and_external_nfs() {
         .unwrap()
         .collect();
     assert!(left.is_empty(), "files left in the export: {left:?}");
-    if we_started_rpcbind {
-        assert!(
-            cmd::pids_named("rpcbind").is_empty(),
-            "the rpcbind we started is left"
-        );
-    } else {
-        assert_eq!(
-            cmd::pids_named("rpcbind"),
-            rpcbind_before,
-            "someone else's rpcbind was touched"
-        );
-    }
+    assert_eq!(
+        cmd::pids_named("rpcbind"),
+        rpcbind_before,
+        "our rpcbind is left, or the host's was touched"
+    );
+    drop(g);
+    assert!(
+        !vmbench::storage::netns::list(None).contains(&ns_name),
+        "namespace {ns_name} left"
+    );
 }
 
 /// qcow2 and raw on the embedded server: created over NFS, seen by qemu-img, removed by
@@ -172,7 +191,7 @@ fn embedded_images(g: &Arc<Ganesha>) {
         };
         assert_eq!(
             (*protocol, host.as_str(), *port),
-            (NetProtocol::Nfs, "127.0.0.1", None)
+            (NetProtocol::Nfs, g.host().to_string().as_str(), None)
         );
         assert_eq!(
             auth,
@@ -183,12 +202,12 @@ fn embedded_images(g: &Arc<Ganesha>) {
         );
         assert!(name.starts_with(&g.export_path()), "{name}");
         // Root is squashed: our own qemu-img calls claim the export owner's uid.
-        let url = format!("nfs://127.0.0.1{name}?uid={EXPORT_UID}&gid={EXPORT_GID}");
+        let url = format!("nfs://{}{name}?uid={EXPORT_UID}&gid={EXPORT_GID}", g.host());
         assert_eq!(url, d.params["url"]);
         assert_eq!(qemu_info(&url), (fmt.as_str().to_string(), size));
         qemu_io_roundtrip(&url, fmt, "none");
         assert_eq!(d.params["nfs_version"], "3");
-        assert_eq!(d.params["server"], "127.0.0.1");
+        assert_eq!(d.params["server"], g.host().to_string());
         let local = d.host_path.clone().unwrap();
         assert!(local.starts_with(g.export_dir()) && local.exists());
         files.push(local);
@@ -204,7 +223,8 @@ fn embedded_images(g: &Arc<Ganesha>) {
 /// bytes (the documented leftover), over libnfs.
 fn external_image(g: &Arc<Ganesha>) {
     let url = format!(
-        "nfs://127.0.0.1{}?uid={EXPORT_UID}&gid={EXPORT_GID}",
+        "nfs://{}{}?uid={EXPORT_UID}&gid={EXPORT_GID}",
+        g.host(),
         g.export_path()
     );
     let mut b = NfsBackend::external(&url).unwrap();
@@ -234,7 +254,8 @@ fn external_image(g: &Arc<Ganesha>) {
 /// A provision that fails (no such export on the server) leaves nothing and tears down cleanly.
 fn half_failed_external(g: &Arc<Ganesha>) {
     let url = format!(
-        "nfs://127.0.0.1{}/missing?uid={EXPORT_UID}&gid={EXPORT_GID}",
+        "nfs://{}{}/missing?uid={EXPORT_UID}&gid={EXPORT_GID}",
+        g.host(),
         g.export_path()
     );
     let mut b = NfsBackend::external(&url).unwrap();
@@ -251,16 +272,17 @@ fn half_failed_external(g: &Arc<Ganesha>) {
 #[ignore = "host: root libvirtd qemu tgtd"]
 fn tgt_embedded_and_external_iscsi() {
     let work = work_dir("vmbench-iscsi");
-    let t = Arc::new(Tgt::start(work.path()).expect("tgtd starts"));
+    let t = Arc::new(Tgt::start(work.path(), net("iscsi")).expect("tgtd starts"));
     let pid = t.pid();
     assert!(cmd::pids_named("tgtd").contains(&pid));
     assert!(our_children_named("tgtd").contains(&pid));
-    assert!(listens_only_on_loopback(t.portal_port()));
+    assert!(cmd::port_answers(t.host(), t.portal_port()));
 
-    // A second tgtd at the same time gets its own portal and control ports.
+    // A second tgtd at the same time gets its own namespace (same portal port, another
+    // address) and control port.
     let work2 = work_dir("vmbench-iscsi2");
-    let t2 = Tgt::start(work2.path()).expect("a second tgtd starts");
-    assert_ne!(t2.portal_port(), t.portal_port());
+    let t2 = Tgt::start(work2.path(), net("iscsi2")).expect("a second tgtd starts");
+    assert_ne!(t2.host(), t.host());
     assert_ne!(t2.control_port(), t.control_port());
     let pid2 = t2.pid();
     t2.stop();
@@ -285,7 +307,11 @@ fn tgt_embedded_and_external_iscsi() {
         };
         assert_eq!(
             (*protocol, host.as_str(), *port),
-            (NetProtocol::Iscsi, "127.0.0.1", Some(t.portal_port()))
+            (
+                NetProtocol::Iscsi,
+                t.host().to_string().as_str(),
+                Some(t.portal_port())
+            )
         );
         assert!(
             matches!(auth, Some(NetAuth::IscsiChap { secret_usage, .. }) if secret_usage.starts_with("vmbench-iscsi-")),
@@ -296,7 +322,7 @@ fn tgt_embedded_and_external_iscsi() {
             "{name}"
         );
         // CHAP is required: a login without it fails.
-        let url = format!("iscsi://127.0.0.1:{}/{name}", t.portal_port());
+        let url = format!("iscsi://{}:{}/{name}", t.host(), t.portal_port());
         let e = cmd::run("qemu-img", &["info", &url])
             .unwrap_err()
             .to_string();
@@ -382,7 +408,7 @@ fn external_lun(t: &Arc<Tgt>, work: &Path) {
 
 /// A LUN whose tgtd was stopped first (Ctrl-C ordering): teardown still removes the file.
 fn teardown_after_stop(work: &Path) {
-    let t = Arc::new(Tgt::start(&work.join("second")).unwrap());
+    let t = Arc::new(Tgt::start(&work.join("second"), net("second")).unwrap());
     let mut b = IscsiBackend::embedded(t.clone());
     let d = b
         .provision(&cell(Backend::Iscsi, Format::Raw), 8 * MIB, work)
@@ -516,7 +542,8 @@ fn block_raw_on_a_loop_device() {
     assert!(list.trim().is_empty(), "loop device left: {list}");
 }
 
-/// With an rpcbind already running (someone else's), ganesha uses it and leaves it running.
+/// With an rpcbind already running on the host (someone else's), ganesha runs its own in its
+/// namespace and leaves the host's running and answering.
 #[test]
 #[ignore = "host: root qemu ganesha"]
 fn ganesha_leaves_a_foreign_rpcbind_alone() {
@@ -544,8 +571,8 @@ fn ganesha_leaves_a_foreign_rpcbind_alone() {
     };
     let before = cmd::pids_named("rpcbind");
     let work = work_dir("vmbench-nfs-rpc");
-    let g = Ganesha::start(work.path()).expect("ganesha starts");
-    assert!(!g.started_rpcbind());
+    let g = Ganesha::start(work.path(), net("rpc")).expect("ganesha starts");
+    assert!(g.started_rpcbind());
     let url = g.url_for("probe.raw");
     cmd::run("qemu-img", &["create", "-q", "-f", "raw", &url, "1M"]).unwrap();
     assert_eq!(qemu_info(&url), ("raw".to_string(), MIB));
@@ -557,6 +584,14 @@ fn ganesha_leaves_a_foreign_rpcbind_alone() {
         cmd::pids_named("rpcbind"),
         before,
         "the foreign rpcbind was touched"
+    );
+    assert!(
+        cmd::loopback_port_answers(111),
+        "the host's rpcbind stopped answering"
+    );
+    assert!(
+        cmd::run("rpcinfo", &["-p", "127.0.0.1"]).is_ok_and(|o| !o.contains("nfs")),
+        "ganesha registered with the host's rpcbind"
     );
     drop(foreign);
 }

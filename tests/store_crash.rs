@@ -39,6 +39,7 @@ fn big_cell(i: usize) -> CellResult {
         fio: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
+        link: Default::default(),
     };
     let metrics = (0..METRICS_PER_CELL)
         .map(|k| {

@@ -1,6 +1,7 @@
 //! The matrix configuration: a TOML file (`--config`) whose every key has a documented default,
 //! overridden key by key by the command line. Unknown keys are an error (exit 2).
 
+use crate::cell::Link;
 use crate::cell::{
     Backend, Bus, CacheMode, Format, Hypervisor, IoMode, Layout, UnknownValue, WorkloadId, XenMode,
 };
@@ -117,6 +118,10 @@ pub struct MatrixConfig {
     /// Pin vCPUs, emulator and I/O thread to host CPUs: `off`, `on`. `on` needs vcpus + 1
     /// online host CPUs. Default `["off"]`.
     pub pin: Vec<crate::cell::Pin>,
+    /// Network links between QEMU and the embedded NFS/iSCSI servers: `loopback` (unshaped) or
+    /// `RATE[+DELAY]` shaped with tc (`100mbit`, `1gbit+0.5ms`). Only nfs and iscsi cells vary
+    /// it. Default `["loopback"]`.
+    pub link: Vec<Link>,
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
     pub test_hooks: super::test_hooks::TestHooks,
@@ -165,6 +170,7 @@ impl Default for MatrixConfig {
             iothread: vec![crate::cell::IoThread::Off],
             queues: vec![],
             pin: vec![crate::cell::Pin::Off],
+            link: vec![Link::Loopback],
             test_hooks: Default::default(),
         }
     }
@@ -268,6 +274,32 @@ impl MatrixConfig {
         iops.into_iter().chain(bw).collect::<Vec<_>>().join(",")
     }
 
+    /// A shaped link needs the embedded server on that protocol: vmbench cannot shape a network
+    /// between QEMU and someone else's server.
+    fn check_links(&self) -> Result<(), ConfigError> {
+        let Some(shaped) = self.link.iter().find(|l| l.is_shaped()) else {
+            return Ok(());
+        };
+        let external = [
+            (Backend::Nfs, "--nfs", self.storage.nfs.is_some()),
+            (
+                Backend::Nfs,
+                "--nfs-mount",
+                self.storage.nfs_mount.is_some(),
+            ),
+            (Backend::Iscsi, "--iscsi", self.storage.iscsi.is_some()),
+        ];
+        for (backend, flag, is_external) in external {
+            if is_external && self.backend.contains(&backend) {
+                return Err(ConfigError::Invalid(format!(
+                    "link '{shaped}' with an external {flag} server: vmbench cannot shape \
+                     someone else's network (use --link loopback, or the embedded server)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Rejects empty dimensions, zero counts and contradictions.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let empty = [
@@ -282,6 +314,7 @@ impl MatrixConfig {
             ("xen_mode", self.xen_mode.is_empty()),
             ("iothread", self.iothread.is_empty()),
             ("pin", self.pin.is_empty()),
+            ("link", self.link.is_empty()),
         ];
         if let Some((name, _)) = empty.iter().find(|(_, e)| *e) {
             return Err(ConfigError::Invalid(format!(
@@ -305,6 +338,7 @@ impl MatrixConfig {
         self.check_auto_repeat()?;
         self.check_sweeps()?;
         self.check_pin(crate::hypervisor::pinning::online_cpus())?;
+        self.check_links()?;
         if self.memory_mib < 128 {
             return Err(ConfigError::Invalid(
                 "'memory_mib' must be at least 128".into(),

@@ -83,6 +83,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             fio: Default::default(),
                                             tuning: Default::default(),
                                             host: Default::default(),
+                                            link: Default::default(),
                                         });
                                     }
                                 }
@@ -94,7 +95,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
         }
     }
     let swept: Vec<Cell> = out.into_iter().flat_map(|c| sweep(c, cfg)).collect();
-    on_hosts(swept, &cfg.host_names())
+    on_hosts(with_links(swept, &cfg.link), &cfg.host_names())
 }
 
 /// One cell per combination of the sweep dimensions (fio overrides, QEMU disk tuning); an
@@ -130,6 +131,25 @@ fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
         }
     }
     out
+}
+
+/// Multiplies the cells whose disk is reached over the network (nfs, iscsi) by the links; the
+/// other backends have no link to shape and stay on the default one.
+fn with_links(cells: Vec<Cell>, links: &[crate::cell::Link]) -> Vec<Cell> {
+    let networked = |c: &Cell| matches!(c.backend, Backend::Nfs | Backend::Iscsi);
+    cells
+        .into_iter()
+        .flat_map(|c| {
+            let links = if networked(&c) {
+                links.to_vec()
+            } else {
+                vec![Default::default()]
+            };
+            links
+                .into_iter()
+                .map(move |link| Cell { link, ..c.clone() })
+        })
+        .collect()
 }
 
 /// Every cell once per host, host-major: each host's cells keep the matrix's order.
@@ -214,11 +234,16 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "pin" => v.parse::<crate::cell::Pin>().map(drop),
             "host" => v.parse::<crate::cell::HostName>().map(drop),
             "bs" | "iodepth" | "numjobs" | "rwmix" | "queues" => Ok(()),
+            "link" => {
+                v.parse::<crate::cell::Link>()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                Ok(())
+            }
             other => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
                      xen_mode, backend, format, bus, cache, io, layout, workload, bs, iodepth, numjobs, \
-                     rwmix, iothread, queues, pin, host)"
+                     rwmix, iothread, queues, pin, host, link)"
                 )))
             }
         };
@@ -244,6 +269,8 @@ pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
             "io" => c.io.to_string(),
             "layout" => c.layout.to_string(),
             "workload" => c.workload.to_string(),
+            // Compared as values: `1gbit+0.5ms` and `1gbit+500us` are the same link.
+            "link" => return v.parse::<crate::cell::Link>().is_ok_and(|l| l == c.link),
             other => match c.dimensions().into_iter().find(|(k, _)| *k == other) {
                 Some((_, v)) => v,
                 None => return false,

@@ -77,8 +77,8 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
         about: "bonnie++ on ext4: {xen, kvm (qemu/TCG where KVM cannot boot)} x {nfs, iscsi, \
                 local} x {qcow2, raw}",
         not_here: &[
-            "the 1 Gbit and 100 Mbit networks: embedded servers sit on loopback (no --link \
-             dimension yet)",
+            "the 1 Gbit and 100 Mbit networks: the preset runs on the unshaped link; add \
+             --link 1gbit,100mbit to shape the nfs (and iscsi) cells",
             "xenserver-nfsmount, kvmserver-nfs-1G, localdisk-on-nfs-server: bonnie++ on the \
              hosts themselves, not in a guest",
         ],

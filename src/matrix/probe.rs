@@ -73,6 +73,7 @@ pub async fn boot_probe(
         fio: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
+        link: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),

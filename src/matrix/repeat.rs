@@ -203,6 +203,7 @@ mod tests {
             fio: Default::default(),
             tuning: Default::default(),
             host: Default::default(),
+            link: Default::default(),
         };
         CellResult {
             cell_id: cell.id(),

@@ -311,7 +311,7 @@ impl RunCtx {
             self.rundir.path.join("work-dir"),
             work.as_os_str().as_encoded_bytes(),
         )?;
-        let servers = Servers::new(self.rundir.path.join("servers"));
+        let servers = Servers::new(self.rundir.path.join("servers"), &self.run_id);
         let conns = connect_all(self, plan, &image, &work).await;
         let prov = Provenance {
             io_limit: self.cfg.io_limit_provenance(),
@@ -479,6 +479,7 @@ impl RunCtx {
         let opened = storage::open(
             &self.cfg.storage,
             cell.backend,
+            cell.link,
             &mut lock(on.servers),
             &shared.work,
         );

@@ -1,5 +1,6 @@
-//! An embedded, user-space NFS server: nfs-ganesha with the VFS FSAL, bound to 127.0.0.1,
-//! exporting one directory under the run's work dir to 127.0.0.1 only.
+//! An embedded, user-space NFS server: nfs-ganesha with the VFS FSAL, inside the run's network
+//! namespace ([`super::netns`]), bound to the namespace's address and exporting one directory
+//! under the run's work dir to the host end of the link only.
 //!
 //! Closed to other local users (docs/security.md): the export grants access only in its CLIENT
 //! block, for the address QEMU connects from; root is squashed, so a client that claims uid 0
@@ -9,17 +10,22 @@
 //! own qemu-img calls (through `?uid=&gid=` in the URL) claim that uid.
 //!
 //! QEMU reaches it through its own libnfs driver (no kernel client). libnfs speaks NFSv3 and asks
-//! the portmapper for mountd, so rpcbind must run: we start one (`rpcbind -f -w`, as our child)
-//! only when none runs, and stop only the one we started. ganesha runs in the foreground
-//! (`-F`) as our child, so stopping it is SIGTERM + wait on a pid we own.
+//! the portmapper for mountd, so rpcbind must run next to ganesha: we start our own
+//! (`rpcbind -f`, our child) in the namespace, with ganesha and rpcbind sharing a private /run
+//! (rpcbind's lock and socket live there; the host's rpcbind, if any, is never touched).
+//! ganesha runs in the foreground (`-F`) as our child, so stopping it is SIGTERM + wait on a
+//! pid we own.
 //!
-//! The export's Pseudo path (NFSv4) is the same as its real path, so `nfs://127.0.0.1/PATH/NAME`
+//! The export's Pseudo path (NFSv4) is the same as its real path, so `nfs://ADDR/PATH/NAME`
 //! names the same file for NFSv3 (mount by path) and v4.
 
 use super::cmd;
+use super::netns::{LinkAddrs, NetNs};
 use super::StorageError;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -42,6 +48,8 @@ pub struct Ganesha {
     pid: u32,
     child: Mutex<Option<Child>>,
     rpcbind: Mutex<Option<Child>>,
+    /// Dropped after the servers stop (field order): the namespace outlives its processes.
+    net: Arc<NetNs>,
 }
 
 /// The address ganesha binds and clients use (loopback only).
@@ -56,42 +64,39 @@ pub const EXPORT_UID: u32 = 64049;
 pub const EXPORT_GID: u32 = 64049;
 
 impl Ganesha {
-    /// Writes `work_dir/ganesha.conf`, creates `work_dir/export` (0711 path), starts rpcbind if
-    /// none runs, starts `ganesha.nfsd -F`, and waits until a probe file can be created over
-    /// `nfs://127.0.0.1/...` with qemu-img. Fails with a clear error if port 2049 is taken, and
-    /// with the log's tail if ganesha dies or does not answer in time.
-    pub fn start(work_dir: &Path) -> Result<Ganesha, StorageError> {
+    /// Writes `work_dir/ganesha.conf`, creates `work_dir/export` (0711 path), starts rpcbind and
+    /// `ganesha.nfsd -F` in `net`, and waits until a probe file can be created over
+    /// `nfs://ADDR/...` with qemu-img from the host. Fails with the log's tail if ganesha dies or
+    /// does not answer in time.
+    pub fn start(work_dir: &Path, net: Arc<NetNs>) -> Result<Ganesha, StorageError> {
         let work_dir = std::path::absolute(work_dir).map_err(|source| StorageError::Io {
             context: format!("resolving {}", work_dir.display()),
             source,
         })?;
         let export_dir = work_dir.join("export");
         check_nfs_safe(&export_dir)?;
-        if !cmd::loopback_port_free(NFS_PORT) {
-            return Err(StorageError::Invalid(format!(
-                "port {NFS_PORT} (NFS) on 127.0.0.1 is already in use (another ganesha, a kernel \
-                 NFS server or another vmbench run); stop it or use --nfs-url for an external server"
-            )));
-        }
+        let run_dir = super::netns::private_run_dir(&work_dir);
         make_dirs(&work_dir, &export_dir)?;
+        std::fs::create_dir_all(&run_dir).map_err(|source| StorageError::Io {
+            context: format!("creating {}", run_dir.display()),
+            source,
+        })?;
         let conf = work_dir.join("ganesha.conf");
         let log = work_dir.join("ganesha.log");
         let pid_file = work_dir.join("ganesha.pid");
-        // QEMU connects to HOST over loopback, so its source address is HOST as well: the CLIENT
-        // block is for that one address. (A server moved into a network namespace passes the
-        // host-side address QEMU connects from instead.)
-        write_file(&conf, &config_text(&export_dir, HOST, HOST))?;
-        let rpcbind = start_rpcbind_if_needed(&log)?;
+        write_file(&conf, &config_text(&export_dir, net.addrs()))?;
+        let rpcbind = start_rpcbind(&net, &run_dir, &log)?;
         let mut g = Ganesha {
             export_dir,
             log,
             conf,
             pid: 0,
             child: Mutex::new(None),
-            rpcbind: Mutex::new(rpcbind),
+            rpcbind: Mutex::new(Some(rpcbind)),
+            net,
         };
         // From here on, Drop cleans up whatever was started.
-        let child = spawn_ganesha(&g.conf, &g.log, &pid_file)?;
+        let child = spawn_ganesha(&g.net, &run_dir, &g.conf, &g.log, &pid_file)?;
         g.pid = child.id();
         *g.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
         g.wait_ready()?;
@@ -114,8 +119,13 @@ impl Ganesha {
     }
 
     /// The server address clients use.
-    pub fn host(&self) -> &'static str {
-        HOST
+    pub fn host(&self) -> Ipv4Addr {
+        self.net.addrs().server
+    }
+
+    /// The namespace it runs in (its link is recorded with every cell).
+    pub fn net(&self) -> &NetNs {
+        &self.net
     }
 
     /// ganesha's log file.
@@ -123,8 +133,8 @@ impl Ganesha {
         &self.log
     }
 
-    /// `nfs://127.0.0.1/EXPORT/NAME?uid=U&gid=G` for a file `name` directly in the export, as
-    /// the export's owner (root is squashed, see the module doc).
+    /// `nfs://ADDR/EXPORT/NAME?uid=U&gid=G` for a file `name` directly in the export, as the
+    /// export's owner (root is squashed, see the module doc).
     pub fn url_for(&self, name: &str) -> String {
         format!(
             "nfs://{}{}/{name}?uid={EXPORT_UID}&gid={EXPORT_GID}",
@@ -179,7 +189,8 @@ impl Ganesha {
                 Err(self.failure(format!("ganesha.nfsd exited during start ({status})")))
             }
             Err(cmd::Waited::TimedOut(last)) => Err(self.failure(format!(
-                "ganesha.nfsd did not answer on 127.0.0.1 within {}s (last probe: {last})",
+                "ganesha.nfsd did not answer on {} within {}s (last probe: {last})",
+                self.host(),
                 START_TIMEOUT.as_secs()
             ))),
         }
@@ -206,19 +217,21 @@ impl Drop for Ganesha {
     }
 }
 
-/// The ganesha configuration: bound to `server`, NFSv3+4, one export that grants nothing at
-/// EXPORT level (a client matching no CLIENT block gets the EXPORT's permissions,
-/// ganesha-export-config(8)) and RW with root squashed in the CLIENT block for `client` only.
+/// The ganesha configuration: bound to the namespace's (server) address, NFSv3+4, one export
+/// that grants nothing at EXPORT level (a client matching no CLIENT block gets the EXPORT's
+/// permissions, ganesha-export-config(8)) and RW with root squashed in the CLIENT block for the
+/// host end of the link only.
 /// NLM and RQUOTA are off: QEMU's libnfs uses neither, and rquotad's fixed port 875 would
 /// collide with a second server. `Attr_Expiration_Time = 0`: teardown deletes images from the
 /// host side, behind ganesha's back; with its attribute cache a later CREATE of the same name
 /// fails with NFS3ERR_STALE (seen).
-fn config_text(export_dir: &Path, server: &str, client: &str) -> String {
+fn config_text(export_dir: &Path, addrs: LinkAddrs) -> String {
     let p = export_dir.display();
+    let (bind, client) = (addrs.server, addrs.client);
     format!(
         r#"# Written by vmbench for one run; do not edit.
 NFS_CORE_PARAM {{
-    Bind_addr = {server};
+    Bind_addr = {bind};
     NFS_Port = {NFS_PORT};
     Protocols = 3, 4;
     Enable_NLM = false;
@@ -319,31 +332,31 @@ fn open_log(log: &Path) -> Result<std::fs::File, StorageError> {
         })
 }
 
-/// Starts `rpcbind -f -w` when no rpcbind runs; `None` when one already does (we leave it be).
-fn start_rpcbind_if_needed(log: &Path) -> Result<Option<Child>, StorageError> {
-    if !cmd::pids_named("rpcbind").is_empty() {
-        return Ok(None);
-    }
+/// Starts `rpcbind -f` in `net` with the private /run `run_dir`, and waits until it listens on
+/// the namespace's address.
+fn start_rpcbind(net: &NetNs, run_dir: &Path, log: &Path) -> Result<Child, StorageError> {
     let err = open_log(log)?;
-    let mut child = Command::new("rpcbind")
-        .args(["-f", "-w"])
+    let mut child = net
+        .command("rpcbind", Some(run_dir))?
+        .arg("-f")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err)
         .spawn()
         .map_err(|source| StorageError::Io {
-            context: "starting rpcbind (is it installed?)".to_string(),
+            context: format!("starting rpcbind in {} (is it installed?)", net.name()),
             source,
         })?;
+    let addr = net.addrs().server;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if cmd::loopback_port_answers(RPCBIND_PORT) {
-            return Ok(Some(child));
+        if cmd::port_answers(addr, RPCBIND_PORT) {
+            return Ok(child);
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(StorageError::Server {
                 server: "rpcbind",
-                detail: format!("rpcbind -f -w exited ({status})"),
+                detail: format!("rpcbind -f exited ({status})"),
                 log: log.to_path_buf(),
                 tail: cmd::tail_file(log),
             });
@@ -353,15 +366,21 @@ fn start_rpcbind_if_needed(log: &Path) -> Result<Option<Child>, StorageError> {
     cmd::terminate(&mut child, Duration::from_secs(2));
     Err(StorageError::Server {
         server: "rpcbind",
-        detail: "rpcbind did not listen on 127.0.0.1:111 within 10s".to_string(),
+        detail: format!("rpcbind did not listen on {addr}:{RPCBIND_PORT} within 10s"),
         log: log.to_path_buf(),
         tail: cmd::tail_file(log),
     })
 }
 
-fn spawn_ganesha(conf: &Path, log: &Path, pid_file: &Path) -> Result<Child, StorageError> {
+fn spawn_ganesha(
+    net: &NetNs,
+    run_dir: &Path,
+    conf: &Path,
+    log: &Path,
+    pid_file: &Path,
+) -> Result<Child, StorageError> {
     let err = open_log(log)?;
-    Command::new("ganesha.nfsd")
+    net.command("ganesha.nfsd", Some(run_dir))?
         .arg("-F")
         .arg("-f")
         .arg(conf)
@@ -386,12 +405,16 @@ mod tests {
 
     #[test]
     fn config_grants_access_only_to_the_client_with_root_squashed() {
-        let c = config_text(Path::new("/var/tmp/run/export"), "10.9.0.1", "10.9.0.2");
-        assert!(c.contains("Bind_addr = 10.9.0.1;"));
+        let addrs = LinkAddrs {
+            server: Ipv4Addr::new(169, 254, 7, 2),
+            client: Ipv4Addr::new(169, 254, 7, 1),
+        };
+        let c = config_text(Path::new("/var/tmp/run/export"), addrs);
+        assert!(c.contains("Bind_addr = 169.254.7.2;"));
         let (export_level, client) = c.split_once("CLIENT {").unwrap();
         assert!(export_level.contains("Access_Type = None;"), "{c}");
         assert!(export_level.contains("Squash = Root_Squash;"), "{c}");
-        assert!(client.contains("Clients = 10.9.0.2;"), "{c}");
+        assert!(client.contains("Clients = 169.254.7.1;"), "{c}");
         assert!(client.contains("Access_Type = RW;"), "{c}");
         assert!(client.contains("Squash = Root_Squash;"), "{c}");
         assert!(!c.contains("No_Root_Squash"), "{c}");

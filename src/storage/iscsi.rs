@@ -244,7 +244,9 @@ impl IscsiBackend {
         create_backing(&file, cell.format, size_bytes, lun_bytes)?;
         tgt.add_target(tid, &iqn, &file)?;
         let url = tgt.url_for(&iqn, 1);
-        let mut params = base_params(&url, "127.0.0.1", Some(tgt.portal_port()), &iqn, 1);
+        let host = tgt.host().to_string();
+        let mut params = base_params(&url, &host, Some(tgt.portal_port()), &iqn, 1);
+        params.insert("link".into(), tgt.net().link().to_string());
         params.insert("mode".into(), "embedded".into());
         params.insert("server_software".into(), "tgt (tgtd, user space)".into());
         params.insert("server_pid".into(), tgt.pid().to_string());
@@ -252,7 +254,7 @@ impl IscsiBackend {
         params.insert("backing_file".into(), file.display().to_string());
         params.insert("lun_bytes".into(), lun_bytes.to_string());
         Ok(ProvisionedDisk {
-            source: network_source(&iqn, 1, "127.0.0.1", Some(tgt.portal_port()), tgt.auth()),
+            source: network_source(&iqn, 1, &host, Some(tgt.portal_port()), tgt.auth()),
             format: cell.format,
             size_bytes,
             host_path: Some(file),

@@ -18,7 +18,7 @@ pub enum Leftover {
         /// Its config file.
         conf: PathBuf,
     },
-    /// A tgtd started by vmbench (foreground, own control port, loopback portal).
+    /// A tgtd started by vmbench (foreground, own control port, portal in a run's namespace).
     Tgtd {
         /// Its process id.
         pid: u32,
@@ -41,7 +41,11 @@ pub fn find() -> Vec<Leftover> {
     }
     for pid in cmd::pids_named("tgtd") {
         let args = cmdline(pid);
-        let ours = args.iter().any(|a| a.starts_with("portal=127.0.0.1:"));
+        // Started by vmbench: a portal in a run's namespace (169.254.x.x), or on loopback
+        // (vmbench before namespaces).
+        let ours = args
+            .iter()
+            .any(|a| a.starts_with("portal=169.254.") || a.starts_with("portal=127.0.0.1:"));
         let port = flag_value(&args, "-C").and_then(|p| p.parse::<u16>().ok());
         if let (true, Some(ctl_port)) = (ours, port) {
             let targets = tgt_targets(ctl_port)

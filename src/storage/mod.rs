@@ -20,6 +20,7 @@ pub mod iscsi;
 pub mod leftovers;
 pub mod local;
 pub mod lvm;
+pub mod netns;
 pub mod nfs;
 pub mod options;
 pub mod servers;
@@ -188,6 +189,7 @@ pub struct Opened {
 pub fn open(
     opts: &StorageConfig,
     backend: Backend,
+    link: crate::cell::Link,
     servers: &mut Servers,
     work: &Path,
 ) -> Result<Opened, OpenError> {
@@ -204,7 +206,7 @@ pub fn open(
             (Some(m), _) => plain(Box::new(nfs::NfsBackend::mounted(m.clone()))),
             (None, Some(url)) => plain(Box::new(nfs::NfsBackend::external_url(url.clone()))),
             (None, None) => {
-                let g = servers.ganesha()?;
+                let g = servers.ganesha(link)?;
                 let server = Some(servers::identity(g.as_ref()));
                 Opened {
                     backend: Box::new(nfs::NfsBackend::embedded(g)),
@@ -215,7 +217,7 @@ pub fn open(
         Backend::Iscsi => match &opts.iscsi {
             Some(url) => plain(Box::new(iscsi::IscsiBackend::external_url(url.clone()))),
             None => {
-                let t = servers.tgt()?;
+                let t = servers.tgt(link)?;
                 let server = Some(servers::identity(t.as_ref()));
                 Opened {
                     backend: Box::new(iscsi::IscsiBackend::embedded(t)),
@@ -313,7 +315,7 @@ pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Pat
             },
             (None, Some(url)) => nfs::network_source(&url.host, &url.export, &image, None),
             (None, None) => nfs::network_source(
-                ganesha::HOST,
+                netns::PLANNED_SERVER,
                 &servers.join("ganesha/export").to_string_lossy(),
                 &image,
                 Some(nfs::embedded_identity()),
@@ -324,7 +326,7 @@ pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Pat
             None => iscsi::network_source(
                 &format!("{}:{PLANNED_TAG}", tgt::IQN_PREFIX),
                 1,
-                ganesha::HOST,
+                netns::PLANNED_SERVER,
                 Some(tgt::DEFAULT_PORTAL_PORT),
                 None,
             ),
@@ -380,7 +382,7 @@ mod plan_tests {
             name.starts_with("/R/servers/ganesha/export/vmbench-TAG-"),
             "{name}"
         );
-        assert_eq!(host, "127.0.0.1");
+        assert_eq!(host, netns::PLANNED_SERVER);
         assert!(matches!(
             plan(&o, Backend::Iscsi),
             DiskSource::Network {

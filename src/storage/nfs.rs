@@ -297,6 +297,7 @@ impl NfsBackend {
                 p.insert("mode".into(), "embedded".into());
                 p.insert("server_pid".into(), g.pid().to_string());
                 p.insert("server_software".into(), "nfs-ganesha (FSAL VFS)".into());
+                p.insert("link".into(), g.net().link().to_string());
                 let local = g.export_dir().join(&name);
                 (
                     g.host().to_string(),

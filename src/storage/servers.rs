@@ -1,14 +1,21 @@
 //! Embedded storage servers (nfs-ganesha, tgtd): started on the first cell that needs one,
 //! shared by every later cell, replaced when one died, and stopped when [`Servers`] is dropped.
 //!
+//! Every server runs in a network namespace of the run, one per link ([`super::netns`]): the
+//! `loopback` link is an unshaped veth, a shaped link the same with tc. The namespace is made
+//! with the first server on that link and removed after the last one stops.
+//!
 //! A server that could not start fails every later cell that needs it with the same reason,
 //! without retrying each time (a missing binary or a busy port will not fix itself mid-run).
 
 use super::ganesha::Ganesha;
+use super::netns::NetNs;
 use super::tgt::Tgt;
 use super::StorageError;
+use crate::cell::Link;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// What the matrix needs from an embedded server. `start` returns once the server answers (or
 /// with the reason it did not, including its log tail); dropping the value stops it.
@@ -21,8 +28,8 @@ pub trait EmbeddedServer: Send + Sync + Sized {
     const BINARY: &'static str;
     /// The QEMU block driver module clients reach it with.
     const QEMU_MODULE: &'static str;
-    /// Starts it with its files under `dir` and waits until it is ready.
-    fn start(dir: &Path) -> Result<Self, StorageError>;
+    /// Starts it in `net` with its files under `dir` and waits until it is ready.
+    fn start(dir: &Path, net: Arc<NetNs>) -> Result<Self, StorageError>;
     /// Its process id, watched while a cell runs.
     fn pid(&self) -> u32;
     /// Whether it still runs (a dead one is replaced before the next cell).
@@ -38,8 +45,8 @@ impl EmbeddedServer for Ganesha {
     const PACKAGE: &'static str = "nfs-ganesha";
     const BINARY: &'static str = "ganesha.nfsd";
     const QEMU_MODULE: &'static str = "block-nfs.so";
-    fn start(dir: &Path) -> Result<Self, StorageError> {
-        Ganesha::start(dir)
+    fn start(dir: &Path, net: Arc<NetNs>) -> Result<Self, StorageError> {
+        Ganesha::start(dir, net)
     }
     fn pid(&self) -> u32 {
         Ganesha::pid(self)
@@ -60,8 +67,8 @@ impl EmbeddedServer for Tgt {
     const PACKAGE: &'static str = "tgt";
     const BINARY: &'static str = "tgtd";
     const QEMU_MODULE: &'static str = "block-iscsi.so";
-    fn start(dir: &Path) -> Result<Self, StorageError> {
-        Tgt::start(dir)
+    fn start(dir: &Path, net: Arc<NetNs>) -> Result<Self, StorageError> {
+        Tgt::start(dir, net)
     }
     fn pid(&self) -> u32 {
         Tgt::pid(self)
@@ -104,8 +111,12 @@ impl<T: EmbeddedServer> Slot<T> {
         }
     }
 
-    /// The running server, or a new one (a dead one is replaced; a failed start is sticky).
-    fn get(&mut self) -> Result<Arc<T>, OpenError> {
+    /// The running server, or a new one in the namespace `net` gives (a dead one is replaced;
+    /// a failed start is sticky).
+    fn get(
+        &mut self,
+        net: impl FnOnce() -> Result<Arc<NetNs>, StorageError>,
+    ) -> Result<Arc<T>, OpenError> {
         if let Some(s) = self.running.as_ref().filter(|s| s.alive()) {
             return Ok(s.clone());
         }
@@ -113,7 +124,7 @@ impl<T: EmbeddedServer> Slot<T> {
         if let Some(r) = &self.broken {
             return Err(OpenError::Failed(r.clone()));
         }
-        match T::start(&self.dir) {
+        match net().and_then(|n| T::start(&self.dir, n)) {
             Ok(s) => Ok(self.running.insert(Arc::new(s)).clone()),
             Err(StorageError::Unsupported(u)) => Err(OpenError::Unsupported(format!(
                 "unsupported on this host: {u}"
@@ -126,37 +137,82 @@ impl<T: EmbeddedServer> Slot<T> {
     }
 }
 
-/// The matrix's embedded servers, one of each kind at most; stopped when dropped (each server
-/// stops itself on drop once the last cell's handle is gone).
-pub struct Servers {
+/// The servers on one link.
+struct OnLink {
     ganesha: Slot<Ganesha>,
     tgt: Slot<Tgt>,
 }
 
+/// The matrix's embedded servers, one of each kind per link at most; stopped when dropped (each
+/// server stops itself on drop once the last cell's handle is gone, then its namespace goes).
+pub struct Servers {
+    dir: PathBuf,
+    run: String,
+    links: BTreeMap<Link, OnLink>,
+    /// Each link's namespace while a server holds it.
+    nets: BTreeMap<Link, Weak<NetNs>>,
+}
+
 impl Servers {
-    /// Nothing started yet; servers keep their files under `dir/<name>`.
-    pub fn new(dir: PathBuf) -> Servers {
+    /// Nothing started yet; servers keep their files under `dir/<name>` (`dir/<name>-<link>`
+    /// on a shaped link); namespaces are named after `run`, the run id.
+    pub fn new(dir: PathBuf, run: &str) -> Servers {
         Servers {
-            ganesha: Slot::new(dir.join("ganesha")),
-            tgt: Slot::new(dir.join("tgt")),
+            dir,
+            run: run.to_string(),
+            links: BTreeMap::new(),
+            nets: BTreeMap::new(),
         }
     }
 
-    /// The embedded NFS server.
     /// The log directory of a server started outside these slots (hostdir's per-cell virtiofsd),
     /// beside ganesha's and tgt's, where `vmbench cleanup` looks for a killed run's servers.
     pub fn log_dir(&self, name: &str) -> PathBuf {
-        self.ganesha.dir.with_file_name(name)
+        self.dir.join(name)
     }
 
-    pub fn ganesha(&mut self) -> Result<Arc<Ganesha>, OpenError> {
-        self.ganesha.get()
+    /// The embedded NFS server on `link`.
+    pub fn ganesha(&mut self, link: Link) -> Result<Arc<Ganesha>, OpenError> {
+        let net = net_of(&mut self.nets, &self.run, link);
+        slots(&mut self.links, &self.dir, link).ganesha.get(net)
     }
 
-    /// The embedded iSCSI target.
-    pub fn tgt(&mut self) -> Result<Arc<Tgt>, OpenError> {
-        self.tgt.get()
+    /// The embedded iSCSI target on `link`.
+    pub fn tgt(&mut self, link: Link) -> Result<Arc<Tgt>, OpenError> {
+        let net = net_of(&mut self.nets, &self.run, link);
+        slots(&mut self.links, &self.dir, link).tgt.get(net)
     }
+}
+
+/// A maker of `link`'s namespace: the live one, or a new one.
+fn net_of<'a>(
+    nets: &'a mut BTreeMap<Link, Weak<NetNs>>,
+    run: &'a str,
+    link: Link,
+) -> impl FnOnce() -> Result<Arc<NetNs>, StorageError> + 'a {
+    move || {
+        let weak = nets.entry(link).or_default();
+        if let Some(n) = weak.upgrade() {
+            return Ok(n);
+        }
+        let n = Arc::new(NetNs::create(run, link)?);
+        *weak = Arc::downgrade(&n);
+        Ok(n)
+    }
+}
+
+/// The slots of `link`; a shaped link's servers keep their files in `DIR/<name>-<link>`.
+fn slots<'a>(links: &'a mut BTreeMap<Link, OnLink>, dir: &Path, link: Link) -> &'a mut OnLink {
+    links.entry(link).or_insert_with(|| {
+        let sub = |name: &str| match link {
+            Link::Loopback => dir.join(name),
+            l => dir.join(format!("{name}-{}", l.to_string().replace(['+', '.'], "_"))),
+        };
+        OnLink {
+            ganesha: Slot::new(sub("ganesha")),
+            tgt: Slot::new(sub("tgt")),
+        }
+    })
 }
 
 /// Whether server `T` could start here, without starting it: its program is installed and QEMU
@@ -180,7 +236,7 @@ pub fn installed<T: EmbeddedServer>() -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "embedded {} on 127.0.0.1 (or an external server)",
+        "embedded {} in a per-run network namespace (or an external server)",
         T::PACKAGE
     ))
 }
@@ -203,7 +259,7 @@ mod tests {
         const PACKAGE: &'static str = "flaky";
         const BINARY: &'static str = "flaky";
         const QEMU_MODULE: &'static str = "flaky.so";
-        fn start(_: &Path) -> Result<Self, StorageError> {
+        fn start(_: &Path, _: Arc<NetNs>) -> Result<Self, StorageError> {
             STARTS.fetch_add(1, Ordering::SeqCst);
             Err(StorageError::Invalid("port 2049 is taken".into()))
         }
@@ -222,10 +278,17 @@ mod tests {
     #[test]
     fn a_failed_start_fails_later_cells_with_the_same_reason_without_retrying() {
         let mut slot: Slot<Flaky> = Slot::new("/nonexistent".into());
-        let first = slot.get().err().unwrap();
-        let second = slot.get().err().unwrap();
+        // The namespace cannot be made: the first try fails, later ones do not try again.
+        let tries = AtomicU32::new(0);
+        let no_net = || -> Result<Arc<NetNs>, StorageError> {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err(StorageError::Invalid("port 2049 is taken".into()))
+        };
+        let first = slot.get(no_net).err().unwrap();
+        let second = slot.get(no_net).err().unwrap();
         assert_eq!(first, OpenError::Failed("port 2049 is taken".into()));
         assert_eq!(first, second);
-        assert_eq!(STARTS.load(Ordering::SeqCst), 1);
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+        assert_eq!(STARTS.load(Ordering::SeqCst), 0);
     }
 }

@@ -17,5 +17,6 @@ pub fn cell(backend: Backend, format: Format) -> Cell {
         fio: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
+        link: Default::default(),
     }
 }

@@ -1,5 +1,6 @@
-//! An embedded, user-space iSCSI target: tgtd in the foreground as our child, its portal on
-//! 127.0.0.1 only, with its own management control port (`-C N`, socket
+//! An embedded, user-space iSCSI target: tgtd in the foreground as our child, inside the run's
+//! network namespace ([`super::netns`]) with its portal on the namespace's address and its
+//! targets bound to the host end of the link, with its own management control port (`-C N`, socket
 //! `/var/run/tgtd/socket.N`) so that a system tgtd or another vmbench run does not collide.
 //! Every `tgtadm` call passes the same `-C N`.
 //!
@@ -12,11 +13,14 @@
 
 use super::chap::{self, Chap, LibvirtSecret};
 use super::cmd;
+use super::netns::NetNs;
 use super::StorageError;
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -46,17 +50,16 @@ pub struct Tgt {
     chap: Chap,
     /// The libvirt secret holding the CHAP secret; undefined by `stop`.
     secret: Mutex<Option<LibvirtSecret>>,
+    /// Dropped after tgtd stops (field order): the namespace outlives its processes.
+    net: Arc<NetNs>,
 }
 
-/// The initiator address targets accept: QEMU connects to the loopback portal, so its source
-/// address is loopback too.
-const INITIATOR: &str = "127.0.0.1";
-
 impl Tgt {
-    /// Starts `tgtd -f -C N --iscsi portal=127.0.0.1:PORT` with its log in
-    /// `work_dir/tgtd.log`; PORT is 3260 when free, else a free port; N is a control port no
-    /// other tgtd uses. Waits until `tgtadm -C N` answers and the portal accepts connections.
-    pub fn start(work_dir: &Path) -> Result<Tgt, StorageError> {
+    /// Starts `tgtd -f -C N --iscsi portal=ADDR:3260` in `net` with its log in
+    /// `work_dir/tgtd.log` (the namespace is ours, so 3260 is free there); N is a control port no
+    /// other tgtd uses (its socket is a host path, so host-side `tgtadm` reaches it). Waits until
+    /// `tgtadm -C N` answers and the portal accepts connections.
+    pub fn start(work_dir: &Path, net: Arc<NetNs>) -> Result<Tgt, StorageError> {
         std::fs::create_dir_all(work_dir).map_err(|source| StorageError::Io {
             context: format!("creating {}", work_dir.display()),
             source,
@@ -65,15 +68,12 @@ impl Tgt {
             context: format!("creating {SOCKET_DIR}"),
             source,
         })?;
-        let portal_port = if cmd::loopback_port_free(DEFAULT_PORTAL_PORT) {
-            DEFAULT_PORTAL_PORT
-        } else {
-            cmd::ephemeral_loopback_port()?
-        };
+        let portal_port = DEFAULT_PORTAL_PORT;
         let ctl_port = free_control_port()?;
         let log = work_dir.join("tgtd.log");
         let run = cmd::run_tag();
-        let child = spawn_tgtd(ctl_port, portal_port, &log)?;
+        let portal = format!("{}:{portal_port}", net.addrs().server);
+        let child = spawn_tgtd(&net, ctl_port, &portal, &log)?;
         let t = Tgt {
             ctl_port,
             portal_port,
@@ -85,6 +85,7 @@ impl Tgt {
             targets: Mutex::new(BTreeMap::new()),
             child: Mutex::new(Some(child)),
             secret: Mutex::new(None),
+            net,
         };
         // From here on, Drop stops tgtd and undefines the secret.
         t.wait_ready()?;
@@ -159,9 +160,19 @@ impl Tgt {
         self.pid
     }
 
-    /// The portal's TCP port on 127.0.0.1.
+    /// The portal's TCP port.
     pub fn portal_port(&self) -> u16 {
         self.portal_port
+    }
+
+    /// The portal's address (the namespace end of the link).
+    pub fn host(&self) -> Ipv4Addr {
+        self.net.addrs().server
+    }
+
+    /// The namespace it runs in.
+    pub fn net(&self) -> &NetNs {
+        &self.net
     }
 
     /// The management control port (`tgtadm -C`).
@@ -174,9 +185,9 @@ impl Tgt {
         &self.log
     }
 
-    /// `iscsi://127.0.0.1:PORT/IQN/LUN`.
+    /// `iscsi://ADDR:PORT/IQN/LUN`.
     pub fn url_for(&self, iqn: &str, lun: u32) -> String {
-        format!("iscsi://127.0.0.1:{}/{iqn}/{lun}", self.portal_port)
+        format!("iscsi://{}:{}/{iqn}/{lun}", self.host(), self.portal_port)
     }
 
     /// Reserves a target id and its run-unique IQN (`iqn.2026-12.dev.vmbench:<run>-<tid>`).
@@ -194,7 +205,7 @@ impl Tgt {
     }
 
     /// Creates target `tid` named `iqn` with LUN 1 backed by `backing`, reachable only from the
-    /// loopback initiator and only with the run's CHAP account. On a failure half way the
+    /// host end of the link and only with the run's CHAP account. On a failure half way the
     /// target is deleted again.
     pub fn add_target(&self, tid: u32, iqn: &str, backing: &Path) -> Result<(), StorageError> {
         let t = tid.to_string();
@@ -219,9 +230,10 @@ impl Tgt {
                 &file,
             ])
             .and_then(|_| {
+                let client = self.net.addrs().client.to_string();
                 self.tgtadm(&[
                     "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", &t, "-I",
-                    INITIATOR,
+                    &client,
                 ])
             })
             .and_then(|_| {
@@ -299,9 +311,10 @@ impl Tgt {
 
     fn wait_ready(&self) -> Result<(), StorageError> {
         let probe = || match self.tgtadm(&["--op", "show", "--mode", "sys"]) {
-            Ok(_) if cmd::loopback_port_answers(self.portal_port) => Ok(()),
+            Ok(_) if cmd::port_answers(self.host(), self.portal_port) => Ok(()),
             Ok(_) => Err(format!(
-                "portal 127.0.0.1:{} not listening yet",
+                "portal {}:{} not listening yet",
+                self.host(),
                 self.portal_port
             )),
             Err(e) => Err(e.to_string()),
@@ -355,7 +368,7 @@ fn free_control_port() -> Result<u16, StorageError> {
         })
 }
 
-fn spawn_tgtd(ctl_port: u16, portal_port: u16, log: &Path) -> Result<Child, StorageError> {
+fn spawn_tgtd(net: &NetNs, ctl_port: u16, portal: &str, log: &Path) -> Result<Child, StorageError> {
     let err = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -364,12 +377,12 @@ fn spawn_tgtd(ctl_port: u16, portal_port: u16, log: &Path) -> Result<Child, Stor
             context: format!("opening {}", log.display()),
             source,
         })?;
-    Command::new("tgtd")
+    net.command("tgtd", None)?
         .arg("-f")
         .arg("-C")
         .arg(ctl_port.to_string())
         .arg("--iscsi")
-        .arg(format!("portal=127.0.0.1:{portal_port}"))
+        .arg(format!("portal={portal}"))
         .stdin(Stdio::null())
         .stdout(err.try_clone().map_err(|source| StorageError::Io {
             context: format!("opening {}", log.display()),

@@ -335,6 +335,7 @@ mod tests {
             fio: Default::default(),
             tuning: Default::default(),
             host: Default::default(),
+            link: Default::default(),
         }
     }
 

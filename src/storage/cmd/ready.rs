@@ -20,6 +20,12 @@ pub fn loopback_port_answers(port: u16) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// Whether something accepts TCP connections on `addr:port`.
+pub fn port_answers(addr: Ipv4Addr, port: u16) -> bool {
+    let addr = SocketAddr::from((addr, port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
 /// A port the kernel says is free on 127.0.0.1 right now (bind to port 0 and release it).
 pub fn ephemeral_loopback_port() -> Result<u16, StorageError> {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|source| StorageError::Io {
