@@ -29,13 +29,27 @@ impl SeedPreset {
     }
 }
 
+/// An include/exclude rule from `dimension=value` pairs.
+fn rule(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 fn longhorn(c: &mut MatrixConfig) {
     // Longhorn = a user-space iSCSI target (tgt); Local PV = a kernel block device; OpenEBS
-    // hostPath = a file on the host's filesystem (local) until the hostdir backend exists.
+    // hostPath = a host directory (hostdir, virtio-fs), which the guest mounts: its cell is a
+    // filesystem one, the two others measure the raw device as the write-up's pod did.
     c.hypervisor = vec![Hypervisor::Qemu];
-    c.backend = vec![Backend::Iscsi, Backend::Block, Backend::Local];
+    c.backend = vec![Backend::Iscsi, Backend::Block, Backend::Hostdir];
     c.format = vec![Format::Raw];
-    c.layout = vec![Layout::Raw];
+    c.layout = vec![Layout::Raw, Layout::Ext4];
+    c.exclude = vec![
+        rule(&[("backend", "iscsi"), ("layout", "ext4")]),
+        rule(&[("backend", "block"), ("layout", "ext4")]),
+        rule(&[("backend", "hostdir"), ("layout", "raw")]),
+    ];
     c.workload = vec![WorkloadId::Preset("pg-randrw".into())];
     c.runtime = 60;
     c.size = "200M".into();
@@ -49,6 +63,12 @@ fn xen_kvm(c: &mut MatrixConfig) {
     c.format = vec![Format::Qcow2, Format::Raw];
     c.layout = vec![Layout::Ext4];
     c.workload = vec![WorkloadId::Preset("bonnie".into())];
+    // The write-up's networks: NFS over 1 Gbit and over 100 Mbit (tc-shaped veth to the
+    // embedded servers' namespace; local cells have no link).
+    c.link = ["1gbit", "100mbit"]
+        .iter()
+        .map(|l| l.parse().expect("a valid link spelling"))
+        .collect();
 }
 
 fn lvm_vs_partition(c: &mut MatrixConfig) {
@@ -64,21 +84,21 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
     SeedPreset {
         name: "longhorn-localpv-openebs",
         about: "fio pg-randrw (8k randrw 70/30, qd16): Longhorn=iscsi (tgt), Local PV=block, \
-                OpenEBS hostPath=local image file",
+                OpenEBS hostPath=hostdir (virtio-fs)",
         not_here: &[
-            "OpenEBS hostPath as a shared host directory: the hostdir (virtio-fs) backend does \
-             not exist yet; a local image file stands in",
+            "OpenEBS hostPath is a bind mount into a pod; here the host directory reaches the \
+             guest through virtio-fs, and fio runs on a file in the guest's mount of it",
             "Local PV (block) needs --block-device /dev/X --allow-destroy (a loop device works)",
         ],
         apply: longhorn,
     },
     SeedPreset {
         name: "xen-kvm-nfs-iscsi-local",
-        about: "bonnie++ on ext4: {xen, kvm (qemu/TCG where KVM cannot boot)} x {nfs, iscsi, \
-                local} x {qcow2, raw}",
+        about: "bonnie++ on ext4: {xen, kvm (qemu/TCG where KVM cannot boot)} x {nfs, iscsi over \
+                1gbit and 100mbit links, local} x {qcow2, raw}",
         not_here: &[
-            "the 1 Gbit and 100 Mbit networks: the preset runs on the unshaped link; add \
-             --link 1gbit,100mbit to shape the nfs (and iscsi) cells",
+            "the write-up's physical networks: here a tc-shaped veth (tbf) to the embedded \
+             servers' namespace stands in for the 1 Gbit and 100 Mbit links",
             "xenserver-nfsmount, kvmserver-nfs-1G, localdisk-on-nfs-server: bonnie++ on the \
              hosts themselves, not in a guest",
         ],
