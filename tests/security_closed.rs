@@ -94,20 +94,22 @@ fn nfs_export_is_closed_to_other_local_users() {
         let image = &images[0];
         let name = image.file_name().unwrap().to_str().unwrap();
         let e = export.to_str().unwrap();
+        // The server's address: the run's namespace end of the link, as QEMU's disk names it.
+        let h = server_host(run);
         let meta = std::fs::metadata(image).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (EXPORT_UID, 0o600));
 
         // Claiming root over AUTH_SYS: squashed to nobody, who may not list, read or create.
         let root = "?uid=0&gid=0";
-        let ls = as_nobody("nfs-ls", &[&format!("nfs://127.0.0.1{e}{root}")]);
+        let ls = as_nobody("nfs-ls", &[&format!("nfs://{h}{e}{root}")]);
         assert!(!String::from_utf8_lossy(&ls.stdout).contains(name));
-        let cat = as_nobody("nfs-cat", &[&format!("nfs://127.0.0.1{e}/{name}{root}")]);
+        let cat = as_nobody("nfs-cat", &[&format!("nfs://{h}{e}/{name}{root}")]);
         assert!(
             !cat.status.success(),
             "nfs-cat as claimed root read the image"
         );
         assert!(cat.stdout.is_empty());
-        let planted = format!("nfs://127.0.0.1{e}/planted{root}");
+        let planted = format!("nfs://{h}{e}/planted{root}");
         let cp = as_nobody("nfs-cp", &["/etc/hostname", &planted]);
         assert!(
             !cp.status.success(),
@@ -133,7 +135,7 @@ fn nfs_export_is_closed_to_other_local_users() {
         // squash and the permissions, not a client that cannot connect. (AUTH_SYS lets any
         // client claim any uid; docs/security.md says what that leaves open.)
         let owner = format!("?uid={EXPORT_UID}&gid={EXPORT_UID}");
-        let ok = as_nobody("nfs-ls", &[&format!("nfs://127.0.0.1{e}{owner}")]);
+        let ok = as_nobody("nfs-ls", &[&format!("nfs://{h}{e}{owner}")]);
         assert!(String::from_utf8_lossy(&ok.stdout).contains(name));
     });
     assert_eq!(code, Some(0), "the NFS cell must pass");
@@ -195,6 +197,16 @@ fn secret_given_to_qemu(qemu_pid: u32) -> String {
 }
 
 /// `attr="VALUE"` of the first element carrying it in `xml`.
+/// The address of the disk's server in the run's domain.xml (`<host name=...>`).
+fn server_host(run: &Path) -> String {
+    let xml_file = files_under(run)
+        .into_iter()
+        .find(|p| p.ends_with("domain.xml"))
+        .expect("the cell's domain.xml");
+    let full = std::fs::read_to_string(&xml_file).unwrap();
+    xml_attr(&full[full.find("<host ").expect("a network disk")..], "name").to_string()
+}
+
 fn xml_attr<'a>(xml: &'a str, attr: &str) -> &'a str {
     let start = xml.find(&format!(" {attr}=\"")).unwrap() + attr.len() + 3;
     &xml[start..start + xml[start..].find('"').unwrap()]
@@ -221,7 +233,8 @@ fn iscsi_needs_the_per_run_chap_secret() {
         assert!(usage.starts_with("vmbench-iscsi-"), "{usage}");
         assert!(virsh(&["secret-list"]).contains(&usage));
         let lun = format!(
-            "127.0.0.1:{}/{}",
+            "{}:{}/{}",
+            xml_attr(&xml[xml.find("<host ").unwrap()..], "name"),
             xml_attr(xml, "port"),
             xml_attr(xml, "name")
         );
