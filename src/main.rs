@@ -230,8 +230,13 @@ fn spawn_signal_handler(cancel: Arc<Cancel>) {
             _ = int.recv() => {},
             _ = term.recv() => {},
         }
-        eprintln!("\nvmbench: interrupted: stopping the running cell and tearing everything down");
+        // Cancel first: stderr may be a pipe whose reader is gone (a killed parent), and a
+        // failed print must not keep the run going.
         cancel.cancel();
+        let _ = writeln!(
+            std::io::stderr(),
+            "\nvmbench: interrupted: stopping the running cell and tearing everything down"
+        );
     });
 }
 
