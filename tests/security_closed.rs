@@ -204,7 +204,11 @@ fn server_host(run: &Path) -> String {
         .find(|p| p.ends_with("domain.xml"))
         .expect("the cell's domain.xml");
     let full = std::fs::read_to_string(&xml_file).unwrap();
-    xml_attr(&full[full.find("<host ").expect("a network disk")..], "name").to_string()
+    xml_attr(
+        &full[full.find("<host ").expect("a network disk")..],
+        "name",
+    )
+    .to_string()
 }
 
 fn xml_attr<'a>(xml: &'a str, attr: &str) -> &'a str {
