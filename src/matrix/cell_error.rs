@@ -198,8 +198,8 @@ pub enum CellError {
     JobFailed,
     /// The libvirt connection died during the cell.
     #[error(
-        "libvirt connection lost during the cell (libvirtd restarted?): the host-side figures \
-         are incomplete"
+        "libvirt connection lost during the cell (libvirtd restarted?): the agent's channel and \
+         the host-side figures go through it, so the cell is incomplete"
     )]
     LibvirtLost,
     /// A signal stopped the cell.

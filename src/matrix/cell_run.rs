@@ -404,6 +404,11 @@ impl CellCtx<'_, '_> {
         match cancellable(self.env.cancel, run).await {
             Ok(out) => Ok(out),
             Err(Halt::Interrupted) => Err(CellError::Interrupted),
+            // The agent's channel is a stream through libvirtd: when the connection died, that
+            // is why the guest went quiet, whatever the channel itself reported.
+            Err(Halt::Failed(JobStop::Guest(_))) if !self.env.conn.is_alive() => {
+                Err(CellError::LibvirtLost)
+            }
             Err(Halt::Failed(stop)) => Err(describe_stop(stop, dom, &b.console)),
         }
     }
