@@ -117,7 +117,10 @@ fn labels(run: &RunRecord, r: &CellResult) -> Vec<(&'static str, String)> {
         ("run_id", run.run_id.clone()),
         ("host", r.provenance.host.clone()),
     ];
-    l.extend(c.dimensions());
+    // The `host` label is the provenance's (the machine, or `NAME (machine)` for a non-default
+    // libvirt host), which already tells hosts apart; the dimension's name would be a second
+    // `host` label, which the exposition format forbids.
+    l.extend(c.dimensions().into_iter().filter(|(k, _)| *k != "host"));
     l.push(("repeat", r.repeat.to_string()));
     l
 }
