@@ -35,28 +35,20 @@ impl Scratch {
 
     /// `vmbench matrix` with this scratch's dirs and short, CI-sized defaults, plus `args`.
     pub fn matrix_cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
-        c.arg("matrix")
-            .arg("--runs-dir")
-            .arg(self.runs())
-            .arg("--work-dir")
-            .arg(self.work())
-            .arg("--db")
-            .arg(self.db())
-            .args([
-                "--runtime",
-                "4",
-                "--ramp",
-                "1",
-                "--size",
-                "32M",
-                "--disk-mib",
-                "128",
-                "--memory",
-                "384",
-            ])
-            .args(args)
-            .env("NO_COLOR", "1");
+        let sizes = [
+            "--runtime",
+            "4",
+            "--ramp",
+            "1",
+            "--size",
+            "32M",
+            "--disk-mib",
+            "128",
+            "--memory",
+            "384",
+        ];
+        let mut c = self.matrix_cmd_unsized(&sizes);
+        c.args(args);
         c
     }
 
