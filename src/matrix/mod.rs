@@ -241,9 +241,8 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             }
             other => {
                 return Err(ConfigError::Invalid(format!(
-                    "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
-                     xen_mode, backend, format, bus, cache, io, layout, workload, bs, iodepth, numjobs, \
-                     rwmix, iothread, queues, pin, host, link)"
+                    "unknown dimension '{other}' in an include/exclude rule (valid: {})",
+                    Cell::DIMENSION_NAMES.join(", ")
                 )))
             }
         };
@@ -260,15 +259,6 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
 pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
     rule.iter().all(|(k, v)| {
         let actual = match k.as_str() {
-            "hypervisor" => c.hypervisor.to_string(),
-            "xen_mode" => c.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
-            "backend" => c.backend.to_string(),
-            "format" => c.format.to_string(),
-            "bus" => c.bus.to_string(),
-            "cache" => c.cache.to_string(),
-            "io" => c.io.to_string(),
-            "layout" => c.layout.to_string(),
-            "workload" => c.workload.to_string(),
             // Compared as values: `1gbit+0.5ms` and `1gbit+500us` are the same link.
             "link" => return v.parse::<crate::cell::Link>().is_ok_and(|l| l == c.link),
             other => match c.dimensions().into_iter().find(|(k, _)| *k == other) {
@@ -318,6 +308,28 @@ mod tests {
         assert_eq!(p.cells.len(), 6);
         assert!(p.skipped.is_empty());
         assert_eq!(p.order, (0..6).map(|i| (i, 0)).collect::<Vec<_>>());
+    }
+
+    /// One list of dimension names: the rules accept exactly the dimensions a cell reports,
+    /// and every cell matches a rule made of its own values.
+    #[test]
+    fn rules_know_every_dimension_of_a_cell() {
+        let mut cfg = MatrixConfig::default();
+        cfg.iodepth = vec![4];
+        cfg.link = vec!["1gbit+0.5ms".parse().unwrap()];
+        let c = expand(&cfg).cells.remove(0);
+        let names: Vec<_> = c.dimensions().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(names, Cell::DIMENSION_NAMES);
+        for (k, v) in c.dimensions().into_iter().filter(|(_, v)| !v.is_empty()) {
+            let rule = BTreeMap::from([(k.to_string(), v.clone())]);
+            check_rule(&rule).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+            assert!(rule_matches(&rule, &c), "{k}={v}");
+        }
+        let e = check_rule(&BTreeMap::from([("colour".into(), "red".into())])).unwrap_err();
+        assert!(
+            e.to_string().contains(&Cell::DIMENSION_NAMES.join(", ")),
+            "{e}"
+        );
     }
 
     #[test]
