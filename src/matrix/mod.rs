@@ -314,9 +314,11 @@ mod tests {
     /// and every cell matches a rule made of its own values.
     #[test]
     fn rules_know_every_dimension_of_a_cell() {
-        let mut cfg = MatrixConfig::default();
-        cfg.iodepth = vec![4];
-        cfg.link = vec!["1gbit+0.5ms".parse().unwrap()];
+        let cfg = MatrixConfig {
+            iodepth: vec![4],
+            link: vec!["1gbit+0.5ms".parse().unwrap()],
+            ..Default::default()
+        };
         let c = expand(&cfg).cells.remove(0);
         let names: Vec<_> = c.dimensions().into_iter().map(|(k, _)| k).collect();
         assert_eq!(names, Cell::DIMENSION_NAMES);
