@@ -202,6 +202,13 @@ fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     if crate::hypervisor::libvirt::is_local_uri(&uri) {
         return None;
     }
+    if cell.backend == Backend::Iscsi && cfg.storage.iscsi_chap_file.is_some() {
+        return Some(format!(
+            "the iSCSI CHAP secret is defined on this machine's libvirtd only; host {} ({uri}) \
+             cannot use --iscsi-chap-file",
+            cell.host
+        ));
+    }
     let embedded = match cell.backend {
         Backend::Nfs => cfg.storage.nfs.is_none() && cfg.storage.nfs_mount.is_none(),
         Backend::Iscsi => cfg.storage.iscsi.is_none(),
