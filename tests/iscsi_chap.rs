@@ -21,7 +21,11 @@ const MIB: u64 = 1024 * 1024;
 fn chap_file(dir: &Path, name: &str, secret: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let f = dir.join(name);
-    std::fs::write(&f, format!("# test target\nusername={USER}\nsecret={secret}\n")).unwrap();
+    std::fs::write(
+        &f,
+        format!("# test target\nusername={USER}\nsecret={secret}\n"),
+    )
+    .unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
     f
 }
@@ -197,7 +201,11 @@ fn assert_secret_nowhere(run: &Path, out: &Output, secret: &str) {
     assert!(files.iter().any(|p| p.ends_with("config.json")));
     for f in &files {
         let bytes = std::fs::read(f).unwrap();
-        assert!(!contains(&bytes, secret), "the secret is in {}", f.display());
+        assert!(
+            !contains(&bytes, secret),
+            "the secret is in {}",
+            f.display()
+        );
     }
     assert!(!contains(&out.stdout, secret) && !contains(&out.stderr, secret));
 }
@@ -227,7 +235,10 @@ fn external_iscsi_with_a_chap_file_passes_raw_and_qcow2_and_keeps_the_secret() {
     let out = s.matrix(&chap_args(&target.url, &good, "raw,qcow2"));
     let (leaks, seen) = watch.stop();
     assert_eq!(out.status.code(), Some(0), "both cells must pass");
-    assert!(leaks.is_empty(), "the secret was on a command line: {leaks:?}");
+    assert!(
+        leaks.is_empty(),
+        "the secret was on a command line: {leaks:?}"
+    );
     eprintln!("qemu-img/qemu-io command lines with a password-secret seen: {seen}");
 
     let (run, rec) = s.run_record();
@@ -284,7 +295,8 @@ fn a_wrong_chap_secret_fails_the_cell_with_an_authentication_reason() {
         panic!("not failed: {:?}", rec.cells[0].outcome)
     };
     assert!(
-        reason.contains("Authentication failure") && reason.contains(&format!("CHAP user '{USER}'")),
+        reason.contains("Authentication failure")
+            && reason.contains(&format!("CHAP user '{USER}'")),
         "{reason}"
     );
     assert!(!reason.contains(&wrong_secret), "{reason}");
@@ -322,7 +334,11 @@ fn a_malformed_or_open_chap_file_exits_2_with_nothing_created() {
             "{err}"
         );
         assert!(!contains(&out.stderr, &secret) && !contains(&out.stdout, &secret));
-        assert!(s.run_ids().is_empty(), "a run was created: {:?}", s.run_ids());
+        assert!(
+            s.run_ids().is_empty(),
+            "a run was created: {:?}",
+            s.run_ids()
+        );
         assert!(!s.work().exists(), "the work dir was created");
     }
     // The file without --iscsi: the embedded target makes its own account.
