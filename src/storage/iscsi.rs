@@ -361,33 +361,44 @@ impl LunAccess<'_> {
         argv
     }
 
-    /// Runs `program` with [`Self::argv`], the secret in a file for just this call.
+    /// Runs `program` with [`Self::argv`], the secret in a file for just this call; `what`
+    /// names the step in an error.
     fn run(
         &self,
+        what: &str,
         program: &str,
         pre: &[&str],
-        flag: &str,
-        post: &[&str],
+        (flag, post): (&str, &[&str]),
     ) -> Result<String, StorageError> {
         let file = self.chap.map(SecretFile::write).transpose()?;
         let argv = self.argv(file.as_ref().map(SecretFile::path), pre, flag, post);
-        cmd::run(program, &argv).map_err(|e| self.context(e))
+        cmd::run(program, &argv).map_err(|e| self.context(what, e))
     }
 
-    /// Says who logged in, so an authentication failure reads as one.
-    fn context(&self, e: StorageError) -> StorageError {
-        match (e, self.chap) {
-            (StorageError::Command { command, detail }, Some(c)) => StorageError::Command {
-                command: format!("{command} (LUN {}, CHAP user '{}')", self.url, c.username()),
-                detail,
-            },
-            (e, _) => e,
+    /// Names the step, the LUN and who logged in instead of the long argv (qemu's own message,
+    /// in the detail, repeats the driver options), so an authentication failure reads as one.
+    fn context(&self, what: &str, e: StorageError) -> StorageError {
+        let StorageError::Command { detail, .. } = e else {
+            return e;
+        };
+        let who = match self.chap {
+            Some(c) => format!(" as CHAP user '{}'", c.username()),
+            None => " without CHAP".to_string(),
+        };
+        StorageError::Command {
+            command: format!("{what} on LUN {}{who}", self.url),
+            detail,
         }
     }
 
     /// The LUN's size in bytes (the raw device, whatever is on it).
     fn size(&self) -> Result<u64, StorageError> {
-        let out = self.run("qemu-img", &["info", "--output=json"], "--image-opts", &[])?;
+        let out = self.run(
+            "qemu-img info",
+            "qemu-img",
+            &["info", "--output=json"],
+            ("--image-opts", &[]),
+        )?;
         cmd::virtual_size_from_json(&out, &self.url.to_url())
     }
 
@@ -403,10 +414,10 @@ impl LunAccess<'_> {
         )
         .and_then(|_| {
             self.run(
+                "qemu-img convert (the qcow2 header onto the LUN)",
                 "qemu-img",
                 &["convert", "-n", "-f", "raw", &h],
-                "--target-image-opts",
-                &[],
+                ("--target-image-opts", &[]),
             )
         });
         let _ = std::fs::remove_file(&header);
@@ -415,8 +426,13 @@ impl LunAccess<'_> {
 
     /// Zeroes the first MiB (a qcow2 header) so the next user does not find a stale image.
     fn wipe_header(&self) -> Result<(), StorageError> {
-        self.run("qemu-io", &[], "--image-opts", &["-c", "write -z 0 1M"])
-            .map(drop)
+        self.run(
+            "qemu-io (wiping the qcow2 header)",
+            "qemu-io",
+            &[],
+            ("--image-opts", &["-c", "write -z 0 1M"]),
+        )
+        .map(drop)
     }
 }
 
@@ -640,17 +656,21 @@ mod tests {
             chap: Some(&chap),
         };
         let e = lun
-            .context(StorageError::Command {
-                command: "qemu-img info".into(),
-                detail: "exit status: 1: Failed to log in to target. Status: Authentication \
+            .context(
+                "qemu-img info",
+                StorageError::Command {
+                    command: "qemu-img info".into(),
+                    detail: "exit status: 1: Failed to log in to target. Status: Authentication \
                          failure(514)"
-                    .into(),
-            })
+                        .into(),
+                },
+            )
             .to_string();
         assert!(
-            e.contains("LUN iscsi://10.0.0.9:3261/iqn.2026-12.dev.x:t/1")
-                && e.contains("CHAP user 'vmbench-ctx'")
-                && e.contains("Authentication failure"),
+            e.starts_with(
+                "qemu-img info on LUN iscsi://10.0.0.9:3261/iqn.2026-12.dev.x:t/1 as CHAP user \
+                 'vmbench-ctx' failed: exit status: 1:"
+            ) && e.contains("Authentication failure"),
             "{e}"
         );
         assert!(!e.contains(chap.secret()), "{e}");

@@ -52,7 +52,8 @@ impl StorageConfig {
                     f.display()
                 )));
             }
-            Chap::from_file(f)?;
+            Chap::from_file(f)
+                .map_err(|e| StorageError::Invalid(format!("--iscsi-chap-file: {e}")))?;
         }
         Ok(())
     }
