@@ -39,7 +39,7 @@ fn random_secret() -> String {
 
 /// The "external" server: a tgtd with one LUN that only `USER` with `secret` may log in to.
 struct ExternalTarget {
-    /// Dropped last: holds the LUN file.
+    /// The LUN file and tgtd's log (removed after `drop` stopped tgtd).
     dir: tempfile::TempDir,
     tgt: Option<Tgt>,
     url: String,
@@ -104,7 +104,6 @@ impl Drop for ExternalTarget {
         if let Some(t) = self.tgt.take() {
             t.stop();
         }
-        let _ = &self.dir;
     }
 }
 
