@@ -40,7 +40,7 @@ fn random_secret() -> String {
 /// The "external" server: a tgtd with one LUN that only `USER` with `secret` may log in to.
 struct ExternalTarget {
     /// The LUN file and tgtd's log (removed after `drop` stopped tgtd).
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     tgt: Option<Tgt>,
     url: String,
     secret: String,
@@ -91,7 +91,7 @@ impl ExternalTarget {
         ]);
         let url = t.url_for(&iqn, 1);
         ExternalTarget {
-            dir,
+            _dir: dir,
             tgt: Some(t),
             url,
             secret,
