@@ -347,8 +347,9 @@ mod tests {
 
     #[test]
     fn chap_files_parse_and_bad_ones_say_why_without_the_secret() {
-        let dir = std::env::temp_dir().join(format!("vmbench-chap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // A TempDir, so that a failed assertion leaves nothing behind.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let f = dir.join("chap");
         write_private(&f, "# lab SAN\nusername = bench\nsecret=s3cr3t-Value-123\n");
         let c = Chap::from_file(&f).unwrap();
@@ -372,7 +373,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing") && e.contains("expected lines"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn write_private(f: &Path, text: &str) {
