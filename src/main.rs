@@ -146,7 +146,12 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
                     "--resume reruns the run's own config.json: drop --config and the options that shape the matrix".into(),
                 ));
             }
-            saved_config(dir)?
+            // The CHAP file is read again: it must still be there and private.
+            let c = saved_config(dir)?;
+            c.storage
+                .validate()
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            c
         }
         None => cli::matrix_config(&a)?,
     };

@@ -202,6 +202,13 @@ fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     if crate::hypervisor::libvirt::is_local_uri(&uri) {
         return None;
     }
+    if cell.backend == Backend::Iscsi && cfg.storage.iscsi_chap_file.is_some() {
+        return Some(format!(
+            "the iSCSI CHAP secret is defined on this machine's libvirtd only; host {} ({uri}) \
+             cannot use --iscsi-chap-file",
+            cell.host
+        ));
+    }
     let embedded = match cell.backend {
         Backend::Nfs => cfg.storage.nfs.is_none() && cfg.storage.nfs_mount.is_none(),
         Backend::Iscsi => cfg.storage.iscsi.is_none(),
@@ -466,5 +473,17 @@ mod host_tests {
         assert!(why.contains("embedded nfs server is local-only"), "{why}");
         cfg.storage.nfs = Some("nfs://10.9.0.1/export".parse().unwrap());
         assert!(expand(&cfg).skipped.is_empty());
+        // An external iSCSI LUN is fine on h2, but not with CHAP: its libvirt secret is local.
+        cfg.backend = vec![Backend::Iscsi];
+        cfg.storage.iscsi = Some("iscsi://10.9.0.1/iqn.2026-12.dev.x:t/1".parse().unwrap());
+        assert!(expand(&cfg).skipped.is_empty());
+        cfg.storage.iscsi_chap_file = Some("/etc/vmbench/san.chap".into());
+        let plan = expand(&cfg);
+        let [(skipped, why)] = &plan.skipped[..] else {
+            panic!("{:?}", plan.skipped)
+        };
+        assert_eq!(skipped.host.as_str(), "h2");
+        assert!(why.contains("cannot use --iscsi-chap-file"), "{why}");
+        assert_eq!(plan.cells.len(), 1, "the local host's cell runs");
     }
 }
