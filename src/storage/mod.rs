@@ -23,6 +23,7 @@ pub mod lvm;
 pub mod netns;
 pub mod nfs;
 pub mod options;
+pub mod pool;
 pub mod servers;
 #[doc(hidden)]
 pub mod testutil;
@@ -62,6 +63,9 @@ pub enum StorageError {
     /// The backend is not possible on this host.
     #[error("unsupported on this host: {0}")]
     Unsupported(#[from] Unsupported),
+    /// A libvirt storage pool or volume call failed.
+    #[error(transparent)]
+    Pool(#[from] pool::PoolError),
     /// Filesystem or process I/O.
     #[error("{context}: {source}")]
     Io {
@@ -185,21 +189,23 @@ pub struct Opened {
 }
 
 /// Builds `backend` from the configuration, starting its embedded server on first use. `work` is
-/// the run's work directory (local images go to `work/local` unless `local_dir` is set).
+/// the run's work directory; `disks` is where `local` images go on the cell's libvirt host
+/// ([`disk_place`]).
 pub fn open(
     opts: &StorageConfig,
     backend: Backend,
     link: crate::cell::Link,
     servers: &mut Servers,
     work: &Path,
+    disks: &pool::PoolPlace,
 ) -> Result<Opened, OpenError> {
     let plain = |b: Box<dyn StorageBackend>| Opened {
         backend: b,
         server: None,
     };
     Ok(match backend {
-        Backend::Local => plain(Box::new(local::LocalBackend::new(
-            local_dir(opts, work),
+        Backend::Local => plain(Box::new(local::LocalBackend::on_host(
+            disks.clone(),
             opts.prealloc.unwrap_or(local::Prealloc::Off),
         ))),
         Backend::Nfs => match (&opts.nfs_mount, &opts.nfs) {
@@ -289,6 +295,65 @@ pub fn host_support(backend: Backend) -> Result<String, String> {
 
 fn local_dir(opts: &StorageConfig, work: &Path) -> PathBuf {
     opts.local_dir.clone().unwrap_or_else(|| work.join("local"))
+}
+
+/// A libvirt host as the storage layer sees it: its name in the matrix, its URI, and vmbench's
+/// directory there when the configuration names one (`--host-pool-dir NAME=DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSite<'a> {
+    /// The host's name (the cell's host dimension).
+    pub name: &'a str,
+    /// Whether it is the default host.
+    pub is_default: bool,
+    /// Its libvirt URI.
+    pub uri: &'a str,
+    /// vmbench's directory on it, if configured.
+    pub dir: Option<&'a Path>,
+}
+
+impl HostSite<'_> {
+    /// The libvirt host is this machine (the URI names no host).
+    pub fn is_local(&self) -> bool {
+        crate::hypervisor::libvirt::is_local_uri(self.uri)
+    }
+
+    /// vmbench's directory on the host, when disks and uploads go under one: the configured one,
+    /// else [`pool::DEFAULT_HOST_DIR`] on a remote host; `None` on this machine without one (the
+    /// local directory and the image cache are used directly).
+    pub fn base_dir(&self) -> Option<PathBuf> {
+        match (self.dir, self.is_local()) {
+            (Some(d), _) => Some(d.to_path_buf()),
+            (None, false) => Some(PathBuf::from(pool::DEFAULT_HOST_DIR)),
+            (None, true) => None,
+        }
+    }
+
+    /// The name of the run's disk directory under [`HostSite::base_dir`].
+    pub fn run_dir_name(&self, run_id: &str) -> String {
+        format!("vmbench-{run_id}-{}", self.name)
+    }
+}
+
+/// Where a host's `local` disks go: under its [`HostSite::base_dir`] in a directory of the run
+/// (removed at the end of the run); on this machine without one, the local directory (the
+/// default host) or a subdirectory per named host (two names may reach the same libvirtd, and
+/// two pools cannot share a directory).
+pub fn disk_place(
+    opts: &StorageConfig,
+    site: &HostSite<'_>,
+    work: &Path,
+    run_id: &str,
+) -> pool::PoolPlace {
+    let dir = match site.base_dir() {
+        Some(base) => base.join(site.run_dir_name(run_id)),
+        None if site.is_default => local_dir(opts, work),
+        None => local_dir(opts, work).join(format!("host-{}", site.name)),
+    };
+    pool::PoolPlace {
+        uri: site.uri.to_string(),
+        dir,
+        prefix: pool::pool_prefix(run_id),
+    }
 }
 
 /// The name of a cell's image file; `tag` makes it unique (a reused name on NFS can be ESTALE).
