@@ -29,6 +29,9 @@ fn two_local_cells_qcow2_and_raw() {
         // Host-side figures over the same window: QEMU's CPU, libvirt's domain CPU, QMP counts.
         assert!(num(c, "host_qemu_cpu_pct") > 0.0 && num(c, "host_domain_cpu_pct") > 0.0);
         assert!(num(c, "host_read_ops") > 0.0);
+        // The disk was a volume of the run's transient libvirt pool (issue 14).
+        assert!(c.params["pool"].starts_with("vmbench-"), "{:?}", c.params);
+        assert_eq!(c.params["preallocation_method"], "sparse");
     }
     // The seed-style table: metrics as rows, one column per cell.
     let stdout = String::from_utf8_lossy(&out.stdout);
