@@ -628,6 +628,28 @@ mod tests {
     }
 
     #[test]
+    fn host_pool_dirs_name_known_hosts_and_absolute_paths() {
+        let hosts = "[hosts]\nh2 = \"qemu+tcp://10.9.0.2/system\"\n";
+        let c = parse(&format!("{hosts}[host_pool_dirs]\nh2 = \"/srv/vmbench\"\n")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.host_pool_dirs[&"h2".parse().unwrap()],
+            PathBuf::from("/srv/vmbench")
+        );
+        let bad = |t: &str| {
+            parse(&format!("{hosts}[host_pool_dirs]\n{t}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("h3 = \"/srv\"");
+        assert!(e.contains("unknown host 'h3' (valid: h2)"), "{e}");
+        let e = bad("h2 = \"srv\"");
+        assert!(e.contains("absolute path on that host"), "{e}");
+    }
+
+    #[test]
     fn unknown_keys_and_values_are_named() {
         let e = parse("hypervisors = [\"kvm\"]\n").unwrap_err();
         assert!(e.contains("unknown field `hypervisors`"), "{e}");

@@ -203,6 +203,11 @@ pub fn open(
         backend: b,
         server: None,
     };
+    if let Some(why) = local_only(backend, &disks.uri) {
+        return Err(OpenError::Unsupported(format!(
+            "unsupported on this host: {why}"
+        )));
+    }
     Ok(match backend {
         Backend::Local => plain(Box::new(local::LocalBackend::on_host(
             disks.clone(),
@@ -242,6 +247,29 @@ pub fn open(
         ))),
         Backend::Hostdir => open_hostdir(opts, work, &servers.log_dir(hostdir::NAME))?,
     })
+}
+
+/// Why `backend` cannot serve a cell on the libvirt host `uri` when that host is not this
+/// machine: these backends act on this machine (lvm2 commands, the block device's checks,
+/// virtiofsd), so on a remote host they would make or check the wrong disk. A `logical` pool
+/// and a device named on the target host are the way there (issue 14), not implemented yet.
+pub fn local_only(backend: Backend, uri: &str) -> Option<String> {
+    if crate::hypervisor::libvirt::is_local_uri(uri) {
+        return None;
+    }
+    let why = match backend {
+        Backend::Lvm => {
+            "lvm cells run on this machine only (LVM on a remote host would need a \
+                         libvirt logical pool there, not implemented yet)"
+        }
+        Backend::Block => {
+            "block cells run on this machine only (the device's safety checks \
+                           run here; a device on a remote host is not implemented yet)"
+        }
+        Backend::Hostdir => "hostdir cells run on this machine only (virtiofsd runs here)",
+        Backend::Local | Backend::Nfs | Backend::Iscsi => return None,
+    };
+    Some(format!("{why}; host {uri}"))
 }
 
 /// The hostdir backend: its virtiofsd runs from here on, so the cell watches and measures it
@@ -428,6 +456,61 @@ mod plan_tests {
             Path::new("/R/work"),
             Path::new("/R/servers"),
         )
+    }
+
+    #[test]
+    fn backends_that_act_on_this_machine_refuse_a_remote_host() {
+        let remote = "qemu+tcp://169.254.10.2/system";
+        for b in [Backend::Lvm, Backend::Block, Backend::Hostdir] {
+            let why = local_only(b, remote).unwrap_or_default();
+            assert!(
+                why.contains("this machine only") && why.contains(remote),
+                "{b}: {why}"
+            );
+            assert_eq!(local_only(b, "qemu:///system"), None);
+        }
+        for b in [Backend::Local, Backend::Nfs, Backend::Iscsi] {
+            assert_eq!(local_only(b, remote), None, "{b}");
+        }
+    }
+
+    #[test]
+    fn disks_go_to_the_local_dir_here_and_under_the_hosts_dir_elsewhere() {
+        let o = StorageConfig::default();
+        let work = Path::new("/R/work");
+        let site = |name, is_default, uri, dir| HostSite {
+            name,
+            is_default,
+            uri,
+            dir,
+        };
+        let here = disk_place(&o, &site("local", true, "qemu:///system", None), work, "R1");
+        assert_eq!(here.dir, Path::new("/R/work/local"));
+        assert_eq!(here.prefix, "vmbench-R1-");
+        let named = disk_place(
+            &o,
+            &site("h1", false, "qemu+unix:///system", None),
+            work,
+            "R1",
+        );
+        assert_eq!(named.dir, Path::new("/R/work/local/host-h1"));
+        let remote = site("h2", false, "qemu+tcp://10.0.0.2/system", None);
+        assert_eq!(
+            disk_place(&o, &remote, work, "R1").dir,
+            Path::new("/var/lib/libvirt/images/vmbench/vmbench-R1-h2")
+        );
+        let mine = site(
+            "h2",
+            false,
+            "qemu+tcp://10.0.0.2/system",
+            Some(Path::new("/srv/vb")),
+        );
+        assert_eq!(
+            disk_place(&o, &mine, work, "R1").dir,
+            Path::new("/srv/vb/vmbench-R1-h2")
+        );
+        assert_eq!(mine.base_dir(), Some(PathBuf::from("/srv/vb")));
+        assert_eq!(site("local", true, "qemu:///system", None).base_dir(), None);
     }
 
     #[test]
