@@ -649,6 +649,7 @@ pub fn remove_leftover_pools(
     let leftover = names
         .into_iter()
         .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())));
+    let mut run_dirs = Vec::new();
     for name in leftover {
         out.push(format!("libvirt storage pool {name} on {uri}"));
         if dry {
@@ -663,6 +664,7 @@ pub fn remove_leftover_pools(
                     let _ = v.delete(0);
                 }
             }
+            run_dirs.extend(target_path(&pool).filter(|d| is_run_dir(d, prefixes)));
         }
         if pool.is_active().unwrap_or(false) {
             pool.destroy()
@@ -672,12 +674,79 @@ pub fn remove_leftover_pools(
             let _ = pool.undefine();
         }
     }
+    run_dirs.sort();
+    run_dirs.dedup();
+    for dir in run_dirs {
+        out.push(remove_run_dir(uri, &dir, prefixes));
+    }
     Ok(out)
+}
+
+/// The directory a pool is over, from its XML (`<target><path>`).
+fn target_path(pool: &StoragePool) -> Option<PathBuf> {
+    #[derive(serde::Deserialize)]
+    struct Desc {
+        target: Target,
+    }
+    #[derive(serde::Deserialize)]
+    struct Target {
+        path: PathBuf,
+    }
+    let xml = pool.get_xml_desc(0).ok()?;
+    quick_xml::de::from_str::<Desc>(&xml)
+        .ok()
+        .map(|d| d.target.path)
+}
+
+/// Whether `dir` is a run's own disk directory on a libvirt host (named after the run, as
+/// `vmbench-<run id>-<host>`), the only pool directories cleanup removes: a local cell's pool
+/// is over the work directory or the user's `--local-dir`, which are not libvirt's to remove.
+fn is_run_dir(dir: &Path, prefixes: &[String]) -> bool {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+}
+
+/// Removes a killed run's (now empty) disk directory on `uri`, as a `dir` volume of a transient
+/// pool over its parent (libvirt rmdirs it, so this works on any host); says what it did.
+fn remove_run_dir(uri: &str, dir: &Path, prefixes: &[String]) -> String {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return format!("kept {} on {uri}: no parent directory", dir.display());
+    };
+    let pool_name = format!(
+        "{}cleanup",
+        prefixes.first().map_or("vmbench-", String::as_str)
+    );
+    let removed =
+        DirPool::create_or_borrow(uri, &pool_name, parent).and_then(|p| p.delete_volume(name));
+    match removed {
+        Ok(true) => format!("run directory {} on {uri}", dir.display()),
+        Ok(false) => format!("run directory {} on {uri} (already gone)", dir.display()),
+        Err(e) => format!("kept run directory {} on {uri}: {e}", dir.display()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Cleanup removes a run's own disk directory on a host, never a directory it did not
+    /// name (the work directory's `local`, a user's `--local-dir`).
+    #[test]
+    fn only_directories_named_after_the_run_are_removed() {
+        let p = [pool_prefix("20261203-180415-513e")];
+        let yes = Path::new("/var/lib/libvirt/images/vmbench/vmbench-20261203-180415-513e-h2");
+        assert!(is_run_dir(yes, &p));
+        for no in [
+            "/var/tmp/w/20261203-180415-513e/local",
+            "/srv/my-images",
+            "/var/lib/libvirt/images/vmbench/vmbench-20261203-180415-ffff-h2",
+            "/",
+        ] {
+            assert!(!is_run_dir(Path::new(no), &p), "{no}");
+        }
+    }
 
     #[test]
     fn pool_xml_is_a_transient_dir_pool_at_0711() {
