@@ -12,7 +12,7 @@ use vmbench::cell::WorkloadId;
 use vmbench::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, XenMode};
 use vmbench::hypervisor::domain_xml::{self, kernel_cmdline, render, DomainXmlError};
 use vmbench::hypervisor::pinning::Pinning;
-use vmbench::hypervisor::{ConsoleSink, DiskSpec, DomainSpec, IoTune, METADATA_NS};
+use vmbench::hypervisor::{DiskSpec, DomainSpec, IoTune, METADATA_NS};
 use vmbench::storage::{DiskSource, NetAuth, NetProtocol};
 
 const RUN: &str = "20261202T120000Z-golden";
@@ -266,7 +266,6 @@ impl Case {
             initrd: "/var/lib/vmbench/images/0123abcd/initrd.zst".into(),
             cmdline: kernel_cmdline(self.hv, self.mode),
             console_log: dir.join("console.log"),
-            console: ConsoleSink::LogFile,
             disk: DiskSpec {
                 source: self.source.clone(),
                 format: self.format,
@@ -552,22 +551,6 @@ fn network_disks_carry_identity_and_chap_by_reference() {
     assert_eq!(attr(&attrs, "secret", "type"), vec!["iscsi"]);
     assert_eq!(attr(&attrs, "secret", "usage"), vec!["vmbench-iscsi-1-2"]);
     assert!(attr(&attrs, "identity", "user").is_empty());
-}
-
-/// A remote libvirt host cannot write this machine's files: its serial console is a pty there.
-#[test]
-fn a_remote_hosts_console_is_a_pty_that_names_no_path_here() {
-    let mut s = base();
-    let local = render(&s).unwrap();
-    assert!(local.contains("console.log"), "{local}");
-    s.console = ConsoleSink::HostPty;
-    let xml = render(&s).unwrap();
-    // The serial port, not the disk's <serial> (its serial number).
-    let start = xml.find("<serial type=").unwrap();
-    let serial = &xml[start..start + xml[start..].find("</serial>").unwrap()];
-    assert!(serial.starts_with(r#"<serial type="pty">"#), "{serial}");
-    assert!(!serial.contains("<source"), "{serial}");
-    assert!(!xml.contains("console.log"), "{xml}");
 }
 
 fn base() -> DomainSpec {

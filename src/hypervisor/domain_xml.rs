@@ -19,7 +19,7 @@
 
 use super::rules::{self, SkipReason};
 use super::xen::{Datapath, Skip};
-use super::{ConsoleSink, DiskSpec, DomainSpec, METADATA_NS};
+use super::{DiskSpec, DomainSpec, METADATA_NS};
 use crate::cell::{Bus, CacheMode, Format, Hypervisor, IoThread, XenMode};
 use crate::storage::{DiskSource, NetAuth, NetProtocol};
 use quick_xml::se::{QuoteLevel, SeError, Serializer};
@@ -173,10 +173,7 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
     if xen_mode.is_some() && spec.pinning.is_some() {
         return Err(DomainXmlError::Rule(SkipReason::XenQemuTuning));
     }
-    let console_log = match spec.console {
-        ConsoleSink::LogFile => Some(abs_path("console_log", &spec.console_log)?),
-        ConsoleSink::HostPty => None,
-    };
+    let console_log = abs_path("console_log", &spec.console_log)?;
     let devices = match xen_mode {
         Some(mode) => xen_devices(&spec.disk, mode, console_log)?,
         None => qemu_devices(&spec.disk, console_log)?,
@@ -288,7 +285,7 @@ fn features(xen_mode: Option<XenMode>) -> Option<Features> {
 /// KVM/QEMU devices: the disk on virtio, serial to a file, the agent on virtio-serial.
 fn qemu_devices<'a>(
     disk: &'a DiskSpec,
-    console_log: Option<&'a str>,
+    console_log: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     rules::check_disk(Hypervisor::Qemu, disk)?;
     if let DiskSource::SharedDir { socket, .. } = &disk.source {
@@ -334,7 +331,7 @@ fn qemu_devices<'a>(
                 iothread,
             }),
         }),
-        serial: Some(serial_port(console_log)),
+        serial: Some(file_serial(console_log)),
         console: None,
         channel: agent_channel("virtio"),
         memballoon: Some(Memballoon { model: "none" }),
@@ -346,7 +343,7 @@ fn qemu_devices<'a>(
 fn xen_devices<'a>(
     disk: &'a DiskSpec,
     mode: XenMode,
-    console_log: Option<&'a str>,
+    console_log: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     let datapath = rules::check_disk(Hypervisor::Xen, disk)?.unwrap_or(Datapath::Qdisk);
     if disk.iotune.is_some() {
@@ -354,7 +351,7 @@ fn xen_devices<'a>(
     }
     let (kind, source) = source(&disk.source)?;
     let (serial, console) = match mode {
-        XenMode::Hvm => (Some(serial_port(console_log)), None),
+        XenMode::Hvm => (Some(file_serial(console_log)), None),
         XenMode::Pvh => (
             None,
             Some(Console {
@@ -401,7 +398,7 @@ fn xen_devices<'a>(
 /// `<filesystem>` on an externally started virtiofsd's socket, serial and agent as usual.
 fn shared_dir_devices<'a>(
     socket: &'a Path,
-    console_log: Option<&'a str>,
+    console_log: &'a str,
 ) -> Result<Devices<'a>, DomainXmlError> {
     Ok(Devices {
         disk: None,
@@ -416,7 +413,7 @@ fn shared_dir_devices<'a>(
                 dir: vmbench_proto::TEST_FS_TAG,
             },
         }),
-        serial: Some(serial_port(console_log)),
+        serial: Some(file_serial(console_log)),
         console: None,
         channel: agent_channel("virtio"),
         memballoon: Some(Memballoon { model: "none" }),
@@ -431,12 +428,11 @@ fn shared_memory_backing(source: &DiskSource) -> Option<MemoryBacking> {
     })
 }
 
-/// The serial port (port 0, the guest's ttyS0) written to `path`, or a pty on the libvirt host
-/// when there is no path (a remote host cannot write this machine's files).
-fn serial_port(path: Option<&str>) -> Serial<'_> {
+/// The serial port written to `path` (port 0, the guest's ttyS0).
+fn file_serial(path: &str) -> Serial<'_> {
     Serial {
-        kind: if path.is_some() { "file" } else { "pty" },
-        source: path.map(|path| PathSource { path }),
+        kind: "file",
+        source: PathSource { path },
         target: Port { port: 0 },
     }
 }
@@ -933,8 +929,7 @@ struct Controller {
 struct Serial<'a> {
     #[serde(rename = "@type")]
     kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    source: Option<PathSource<'a>>,
+    source: PathSource<'a>,
     target: Port,
 }
 

@@ -41,8 +41,6 @@ pub struct DomainSpec {
     pub cmdline: String,
     /// Serial console written to this file (kept as an artifact).
     pub console_log: PathBuf,
-    /// Where the serial console goes: `console_log`, or a pty on a remote libvirt host.
-    pub console: ConsoleSink,
     /// The disk under test.
     pub disk: DiskSpec,
     /// Run id, recorded in the metadata marker.
@@ -52,16 +50,6 @@ pub struct DomainSpec {
     /// Host CPUs for the vCPUs, emulator and I/O thread (`<cputune>`), or `None` unpinned.
     /// Chosen from the host's topology by the caller ([`pinning::host_plan`]).
     pub pinning: Option<pinning::Pinning>,
-}
-
-/// Where a guest's serial console goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsoleSink {
-    /// The file `console_log` on this machine, kept as an artifact.
-    LogFile,
-    /// A pty on the libvirt host: a remote host cannot write this machine's files, so its console
-    /// is not captured (`console_log` then holds a note that says so).
-    HostPty,
 }
 
 /// The disk under test as the domain sees it.
@@ -158,7 +146,6 @@ impl DomainSpec {
             initrd: files.initrd,
             cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
             console_log: files.console_log,
-            console: ConsoleSink::LogFile,
             disk: DiskSpec::for_cell(cell, source),
             run_id: run_id.to_string(),
             cell_id: cell.id(),

@@ -186,15 +186,6 @@ impl CellCtx<'_, '_> {
     /// The domain's definition, written with the job files into the cell directory.
     fn define(&mut self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
         let mut spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir);
-        if !self.env.conn.is_local() {
-            // A remote libvirt host cannot write this machine's files: its console stays there.
-            spec.console = crate::hypervisor::ConsoleSink::HostPty;
-            let note = format!(
-                "(not captured: the serial console is a pty on the libvirt host {})\n",
-                self.env.conn.uri()
-            );
-            self.write("console.log", &note)?;
-        }
         if self.cell.tuning.pin == crate::cell::Pin::On {
             let pinning = crate::hypervisor::pinning::host_plan(spec.vcpus)
                 .map_err(|e| CellError::Config(e.to_string()))?;
