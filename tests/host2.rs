@@ -193,7 +193,10 @@ fn two_hosts_run_local_cells_and_host2s_files_exist_only_on_host2() {
     eprintln!("host2's domains and their files (on host2, here): {seen:#?}");
     assert_eq!(seen.len(), 2, "both of host2's cells were seen running");
     for (dom, files) in &seen {
-        assert!(files.len() >= 3, "{dom}: a disk, a kernel, an initrd: {files:?}");
+        assert!(
+            files.len() >= 3,
+            "{dom}: a disk, a kernel, an initrd: {files:?}"
+        );
         for (path, (on_host2, here)) in files {
             assert!(on_host2, "{dom}: {path} does not exist on host2");
             assert!(!here, "{dom}: {path} exists in this mount namespace");
@@ -211,7 +214,10 @@ fn two_hosts_run_local_cells_and_host2s_files_exist_only_on_host2() {
         let named = named_paths(&xml);
         assert!(!named.is_empty(), "{xml}");
         for p in named {
-            assert!(!p.starts_with(&*cache.to_string_lossy()), "{p}: the image cache");
+            assert!(
+                !p.starts_with(&*cache.to_string_lossy()),
+                "{p}: the image cache"
+            );
             assert!(
                 !p.starts_with(&*s.dir.path().to_string_lossy()),
                 "{p}: this test's work dir"
