@@ -73,6 +73,15 @@ impl Host2 {
         assert!(pools.trim().is_empty(), "pools left on host2: {pools}");
     }
 
+    /// Files and directories under host2's /var/lib/libvirt named after the run (its disks and
+    /// their directories); the uploaded kernel and initramfs are named after their content.
+    fn run_files(&self, run_id: &str) -> String {
+        let pattern = format!("*{run_id}*");
+        let o = self.exec(&["find", "/var/lib/libvirt", "-path", &pattern]);
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
     /// Stops host2; the script fails when a process of its namespaces survives.
     fn stop(&self) {
         let out = show(script(&["stop"]).output().unwrap());
@@ -241,6 +250,8 @@ fn two_hosts_run_local_cells_and_host2s_files_exist_only_on_host2() {
     }
     s.assert_no_leftovers();
     h2.assert_empty();
+    let left = h2.run_files(&rec.run_id);
+    assert!(left.is_empty(), "left on host2: {left}");
     h2.stop();
 }
 
@@ -334,6 +345,8 @@ fn host2_libvirtd_killed_mid_cell_fails_only_host2s_cell() {
     );
     assert!(out.status.success(), "vmbench cleanup on host2");
     h2.assert_empty();
+    let left = h2.run_files(&rec.run_id);
+    assert!(left.is_empty(), "left on host2 after vmbench cleanup: {left}");
     // Stopping host2 leaves no process of its namespaces (the script checks and fails if so).
     h2.stop();
 }
