@@ -511,6 +511,29 @@ impl Cell {
         id
     }
 
+    /// Every dimension's name, in [`Cell::dimensions`]' order: the keys of include/exclude
+    /// rules and of the HTML and OpenMetrics labels.
+    pub const DIMENSION_NAMES: &'static [&'static str] = &[
+        "hypervisor",
+        "xen_mode",
+        "backend",
+        "format",
+        "bus",
+        "cache",
+        "io",
+        "layout",
+        "workload",
+        "bs",
+        "iodepth",
+        "numjobs",
+        "rwmix",
+        "iothread",
+        "queues",
+        "pin",
+        "host",
+        "link",
+    ];
+
     /// The cell's dimensions by name (snake_case, usable as a metric label), in cell-id order.
     /// Every view that lists dimensions (report grouping, OpenMetrics labels) reads this one list,
     /// so a new dimension appears everywhere once it is added here.

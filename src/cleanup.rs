@@ -157,9 +157,14 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
             }
         }
     }
-    // One tgt directory per link: `tgt` (loopback) and `tgt-<link>` for shaped ones.
-    for tgt_dir in server_dirs(&servers, "tgt") {
-        clean_chap_secret(&tgt_dir, dry, rep);
+    // One tgt directory per link: `tgt` (loopback) and `tgt-<link>` for shaped ones; and the
+    // external iSCSI target's CHAP secret.
+    let external_chap = servers.join(crate::storage::servers::ISCSI_CHAP_DIR);
+    for dir in server_dirs(&servers, "tgt")
+        .into_iter()
+        .chain([external_chap])
+    {
+        clean_chap_secret(&dir, dry, rep);
     }
     if let Some(id) = name(run) {
         clean_namespaces(&id, dry, rep);

@@ -224,6 +224,11 @@ pub struct MatrixArgs {
     /// External iSCSI LUN iscsi://PORTAL/IQN/LUN. [default: an embedded tgt on 127.0.0.1]
     #[arg(long)]
     pub iscsi: Option<String>,
+    /// CHAP credentials for the --iscsi LUN, from a file (never the secret on the command
+    /// line): lines `username=NAME` and `secret=VALUE` (`#` comments allowed), mode 0600 or
+    /// stricter. QEMU gets the secret through a libvirt secret defined for the run.
+    #[arg(long, value_name = "PATH")]
+    pub iscsi_chap_file: Option<PathBuf>,
     /// LVM volume group for lvm cells.
     #[arg(long)]
     pub lvm_vg: Option<String>,
@@ -594,6 +599,7 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     typed!(prealloc, "--prealloc");
     typed!(nfs, "--nfs");
     typed!(iscsi, "--iscsi");
+    opt!(iscsi_chap_file);
     opt!(lvm_vg);
     opt!(lvm_thin_pool);
     opt!(block_device);
@@ -727,6 +733,30 @@ mod tests {
             c.storage.prealloc,
             Some(crate::storage::local::Prealloc::Full)
         );
+    }
+
+    #[test]
+    fn iscsi_chap_file_is_checked_before_the_run() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("chap");
+        let p = f.to_str().unwrap();
+        let lun = "iscsi://h/iqn.2026-12.dev.x:t/1";
+        let e = args(&["--iscsi-chap-file", p]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("needs --iscsi"), "{e}");
+        let e = args(&["--iscsi", lun, "--iscsi-chap-file", p]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains(p), "{e}");
+        std::fs::write(&f, "user=bench\nsecret=hunter22hunter22\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = args(&["--iscsi", lun, "--iscsi-chap-file", p]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("unknown key 'user'"), "{e}");
+        assert!(!e.to_string().contains("hunter22"), "{e}");
+        std::fs::write(&f, "username=bench\nsecret=hunter22hunter22\n").unwrap();
+        let c = args(&["--iscsi", lun, "--iscsi-chap-file", p]).unwrap();
+        assert_eq!(c.storage.iscsi_chap_file.as_deref(), Some(f.as_path()));
     }
 
     #[test]

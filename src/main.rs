@@ -35,6 +35,9 @@ fn main() {
             std::process::exit(1);
         }
     };
+    if !matches!(cli.command, Command::Matrix(_) | Command::Cleanup(_)) {
+        default_sigpipe();
+    }
     let code = match rt.block_on(dispatch(cli.command)) {
         Ok(code) => code,
         Err(e) => {
@@ -44,6 +47,17 @@ fn main() {
     };
     drop(rt);
     std::process::exit(code);
+}
+
+/// Commands that only read and print die quietly when their reader leaves (`| head`), as Unix
+/// tools do, instead of panicking in `println!`. `matrix` and `cleanup` keep SIGPIPE ignored:
+/// they must finish tearing down and storing whatever becomes of their output.
+fn default_sigpipe() {
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread that
+    // could rely on the ignored disposition writes to a pipe.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn chain(e: &CliError) -> String {
@@ -132,7 +146,12 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
                     "--resume reruns the run's own config.json: drop --config and the options that shape the matrix".into(),
                 ));
             }
-            saved_config(dir)?
+            // The CHAP file is read again: it must still be there and private.
+            let c = saved_config(dir)?;
+            c.storage
+                .validate()
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            c
         }
         None => cli::matrix_config(&a)?,
     };
@@ -169,10 +188,14 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     drop(ui);
     let _ = ui_thread.join();
     let summary = result.map_err(CliError::Other)?;
+    // The results are stored by now: a closed stdout or stderr must not turn the exit code
+    // into a panic's, so these writes ignore their errors.
     print_tables(&summary.record);
-    eprintln!("results: {}", summary.dir.display());
+    let mut err = std::io::stderr();
+    let _ = writeln!(err, "results: {}", summary.dir.display());
     if summary.interrupted {
-        eprintln!(
+        let _ = writeln!(
+            err,
             "interrupted: finished cells are kept; continue with `vmbench matrix --resume {}`",
             summary.dir.display()
         );
@@ -185,7 +208,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
         .filter(|c| c.outcome == vmbench::results::Outcome::Passed)
         .count();
     if passed == 0 {
-        eprintln!("vmbench: no cell could be measured on this host (see the reasons above; `vmbench doctor` checks the host)");
+        let _ = writeln!(err, "vmbench: no cell could be measured on this host (see the reasons above; `vmbench doctor` checks the host)");
     }
     // A nightly job must not go green when nothing was measured.
     Ok(if summary.failed() > 0 || passed == 0 {
@@ -243,7 +266,7 @@ fn spawn_signal_handler(cancel: Arc<Cancel>) {
 fn print_tables(rec: &RunRecord) {
     let out = report::text(&rec.cells);
     if !out.trim().is_empty() {
-        println!("{out}");
+        let _ = writeln!(std::io::stdout(), "{out}");
     }
 }
 

@@ -28,6 +28,14 @@ fn two_local_cells_qcow2_and_raw() {
         assert!(c.timings.boot_to_hello_ms > 0);
         // Host-side figures over the same window: QEMU's CPU, libvirt's domain CPU, QMP counts.
         assert!(num(c, "host_qemu_cpu_pct") > 0.0 && num(c, "host_domain_cpu_pct") > 0.0);
+        // libvirt's domain stats split the domain's CPU (its cgroup) into user and system; the
+        // parts cannot exceed the whole by more than rounding.
+        let (usr, sys) = (
+            num(c, "host_domain_usr_cpu_pct"),
+            num(c, "host_domain_sys_cpu_pct"),
+        );
+        assert!(usr > 0.0 && sys >= 0.0, "usr {usr} sys {sys}");
+        assert!(usr + sys <= num(c, "host_domain_cpu_pct") * 1.05 + 1.0);
         assert!(num(c, "host_read_ops") > 0.0);
     }
     // The seed-style table: metrics as rows, one column per cell.

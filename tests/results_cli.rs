@@ -113,3 +113,25 @@ fn history_report_compare_export_import_recommend() {
     assert!(err.contains("iops"), "valid objectives named: {err}");
     s.assert_no_leftovers();
 }
+
+/// A reader that leaves (`vmbench presets | head -0`) ends a printing command by SIGPIPE, as
+/// Unix tools end, not by a panic's exit code 101 and a backtrace on stderr.
+#[test]
+fn printing_into_a_closed_pipe_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let o = Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .arg("presets")
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        o.status
+    );
+}

@@ -213,14 +213,39 @@ impl RunningDomain {
         }
     }
 
-    /// Guest CPU time in nanoseconds (all vCPUs), from libvirt.
-    pub fn cpu_time_ns(&self) -> Option<u64> {
-        self.lock().as_ref()?.get_info().ok().map(|i| i.cpu_time)
+    /// libvirt's bulk statistics of this domain (`virDomainListGetStats`: CPU with its
+    /// user/system split, each disk's counters with times); `None` once the domain is gone.
+    pub fn stats(&self) -> Option<super::domstats::DomainStats> {
+        super::domstats::query(self.lock().as_ref()?).ok()
     }
 
-    /// libvirt's block counters for a guest disk (`vda`, `xvda`): operations and bytes, no
-    /// times. Used where QMP is not available (Xen).
+    /// The domain's CPU time from its domain stats, or from `virDomainGetInfo` (total only)
+    /// where a driver has no bulk stats.
+    pub fn cpu(&self) -> Option<crate::metrics::DomainCpu> {
+        use crate::metrics::DomainCpu;
+        if let Some(total_ns) = self.stats().as_ref().and_then(|s| {
+            s.cpu_time_ns.map(|t| DomainCpu {
+                total_ns: t,
+                user_ns: s.cpu_user_ns,
+                system_ns: s.cpu_system_ns,
+            })
+        }) {
+            return Some(total_ns);
+        }
+        let info = self.lock().as_ref()?.get_info().ok()?;
+        Some(DomainCpu {
+            total_ns: info.cpu_time,
+            ..DomainCpu::default()
+        })
+    }
+
+    /// libvirt's counters for a guest disk (`vda`, `xvda`) from its domain stats: operations,
+    /// bytes and, where the driver has them, total times. Used where QMP is not available (Xen).
     pub fn block_stats(&self, dev: &str) -> Option<crate::metrics::qmp::DiskCounters> {
+        if let Some(c) = self.stats().and_then(|s| s.disk(dev).map(|d| d.counters())) {
+            return Some(c);
+        }
+        // Older drivers: the per-disk call, counts only.
         let s = self.lock().as_ref()?.get_block_stats(dev).ok()?;
         let u = |x: i64| u64::try_from(x).unwrap_or(0);
         Some(crate::metrics::qmp::DiskCounters {

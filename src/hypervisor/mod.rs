@@ -2,6 +2,7 @@
 //! (`domain_xml.rs`), Xen's datapath rules (`xen.rs`) and the per-host capability probe.
 
 pub mod domain_xml;
+pub mod domstats;
 pub mod libvirt;
 pub mod pinning;
 pub mod rules;

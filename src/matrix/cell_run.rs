@@ -668,7 +668,7 @@ impl Window {
 }
 
 /// The host's counters of the disk under test. Xen has no QEMU monitor for a phy disk: libvirt's
-/// own block stats there (counts, no times).
+/// domain stats there (counts, and times where the driver has them).
 fn disk_counters(d: &RunningDomain, hv: Hypervisor) -> Option<qmp::DiskCounters> {
     match hv {
         Hypervisor::Xen => d.block_stats(domain_xml::guest_device_name(
@@ -712,7 +712,7 @@ async fn sample_window(
     if let Some(q) = qdev {
         let _ = dom.qmp(&qmp::histogram_set_command(&q));
     }
-    w.start = Some(metrics::snapshot(&src, block(&dom), dom.cpu_time_ns()));
+    w.start = Some(metrics::snapshot(&src, block(&dom), dom.cpu()));
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -728,6 +728,6 @@ async fn sample_window(
             }
         }
     }
-    w.end = Some(metrics::snapshot(&src, block(&dom), dom.cpu_time_ns()));
+    w.end = Some(metrics::snapshot(&src, block(&dom), dom.cpu()));
     w
 }

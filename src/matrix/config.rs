@@ -370,6 +370,9 @@ impl MatrixConfig {
                     .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             }
         }
+        self.storage
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.storage.nfs.is_some() && self.storage.nfs_mount.is_some() {
             return Err(ConfigError::Invalid(
                 "--nfs and --nfs-mount contradict each other: give one".into(),

@@ -202,6 +202,13 @@ fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     if crate::hypervisor::libvirt::is_local_uri(&uri) {
         return None;
     }
+    if cell.backend == Backend::Iscsi && cfg.storage.iscsi_chap_file.is_some() {
+        return Some(format!(
+            "the iSCSI CHAP secret is defined on this machine's libvirtd only; host {} ({uri}) \
+             cannot use --iscsi-chap-file",
+            cell.host
+        ));
+    }
     let embedded = match cell.backend {
         Backend::Nfs => cfg.storage.nfs.is_none() && cfg.storage.nfs_mount.is_none(),
         Backend::Iscsi => cfg.storage.iscsi.is_none(),
@@ -241,9 +248,8 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             }
             other => {
                 return Err(ConfigError::Invalid(format!(
-                    "unknown dimension '{other}' in an include/exclude rule (valid: hypervisor, \
-                     xen_mode, backend, format, bus, cache, io, layout, workload, bs, iodepth, numjobs, \
-                     rwmix, iothread, queues, pin, host, link)"
+                    "unknown dimension '{other}' in an include/exclude rule (valid: {})",
+                    Cell::DIMENSION_NAMES.join(", ")
                 )))
             }
         };
@@ -260,15 +266,6 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
 pub fn rule_matches(rule: &BTreeMap<String, String>, c: &Cell) -> bool {
     rule.iter().all(|(k, v)| {
         let actual = match k.as_str() {
-            "hypervisor" => c.hypervisor.to_string(),
-            "xen_mode" => c.xen_mode.map(|m| m.to_string()).unwrap_or_default(),
-            "backend" => c.backend.to_string(),
-            "format" => c.format.to_string(),
-            "bus" => c.bus.to_string(),
-            "cache" => c.cache.to_string(),
-            "io" => c.io.to_string(),
-            "layout" => c.layout.to_string(),
-            "workload" => c.workload.to_string(),
             // Compared as values: `1gbit+0.5ms` and `1gbit+500us` are the same link.
             "link" => return v.parse::<crate::cell::Link>().is_ok_and(|l| l == c.link),
             other => match c.dimensions().into_iter().find(|(k, _)| *k == other) {
@@ -318,6 +315,30 @@ mod tests {
         assert_eq!(p.cells.len(), 6);
         assert!(p.skipped.is_empty());
         assert_eq!(p.order, (0..6).map(|i| (i, 0)).collect::<Vec<_>>());
+    }
+
+    /// One list of dimension names: the rules accept exactly the dimensions a cell reports,
+    /// and every cell matches a rule made of its own values.
+    #[test]
+    fn rules_know_every_dimension_of_a_cell() {
+        let cfg = MatrixConfig {
+            iodepth: vec![4],
+            link: vec!["1gbit+0.5ms".parse().unwrap()],
+            ..Default::default()
+        };
+        let c = expand(&cfg).cells.remove(0);
+        let names: Vec<_> = c.dimensions().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(names, Cell::DIMENSION_NAMES);
+        for (k, v) in c.dimensions().into_iter().filter(|(_, v)| !v.is_empty()) {
+            let rule = BTreeMap::from([(k.to_string(), v.clone())]);
+            check_rule(&rule).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+            assert!(rule_matches(&rule, &c), "{k}={v}");
+        }
+        let e = check_rule(&BTreeMap::from([("colour".into(), "red".into())])).unwrap_err();
+        assert!(
+            e.to_string().contains(&Cell::DIMENSION_NAMES.join(", ")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -452,5 +473,17 @@ mod host_tests {
         assert!(why.contains("embedded nfs server is local-only"), "{why}");
         cfg.storage.nfs = Some("nfs://10.9.0.1/export".parse().unwrap());
         assert!(expand(&cfg).skipped.is_empty());
+        // An external iSCSI LUN is fine on h2, but not with CHAP: its libvirt secret is local.
+        cfg.backend = vec![Backend::Iscsi];
+        cfg.storage.iscsi = Some("iscsi://10.9.0.1/iqn.2026-12.dev.x:t/1".parse().unwrap());
+        assert!(expand(&cfg).skipped.is_empty());
+        cfg.storage.iscsi_chap_file = Some("/etc/vmbench/san.chap".into());
+        let plan = expand(&cfg);
+        let [(skipped, why)] = &plan.skipped[..] else {
+            panic!("{:?}", plan.skipped)
+        };
+        assert_eq!(skipped.host.as_str(), "h2");
+        assert!(why.contains("cannot use --iscsi-chap-file"), "{why}");
+        assert_eq!(plan.cells.len(), 1, "the local host's cell runs");
     }
 }

@@ -3,6 +3,7 @@
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
+use std::io::Write;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -180,7 +181,8 @@ fn draw_plain(rx: mpsc::Receiver<Tagged>) {
     };
     for (host, o) in rx {
         if let Some(l) = p.tagged(host.as_deref(), o, std::time::Instant::now()) {
-            eprintln!("{l}");
+            // stderr may be a pipe whose reader left (`2>&1 | head`): the run goes on.
+            let _ = writeln!(std::io::stderr(), "{l}");
         }
     }
 }

@@ -17,8 +17,21 @@ pub struct Snapshot {
     qemu: Option<proc::CpuTicks>,
     server: Option<proc::CpuTicks>,
     block: Option<qmp::DiskCounters>,
-    domain_cpu_ns: Option<u64>,
+    domain_cpu: Option<DomainCpu>,
     not_local: Option<String>,
+}
+
+/// The domain's CPU time as libvirt counts it (domain stats `cpu.*`), in ns. It comes over the
+/// libvirt connection, so a remote host has it too; the user/system split comes from the
+/// domain's cgroup and is absent where the driver has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DomainCpu {
+    /// `cpu.time`.
+    pub total_ns: u64,
+    /// `cpu.user`.
+    pub user_ns: Option<u64>,
+    /// `cpu.system`.
+    pub system_ns: Option<u64>,
 }
 
 /// Host-side sources for one cell.
@@ -35,15 +48,15 @@ pub struct Sources {
 }
 
 /// Takes a snapshot now. `block` comes from QMP (the caller owns the domain handle).
-/// `domain_cpu_ns` is libvirt's CPU time of the domain (every hypervisor has it).
+/// `domain_cpu` is libvirt's CPU time of the domain (every hypervisor has it).
 pub fn snapshot(
     src: &Sources,
     block: Option<qmp::DiskCounters>,
-    domain_cpu_ns: Option<u64>,
+    domain_cpu: Option<DomainCpu>,
 ) -> Snapshot {
     Snapshot {
         at: Instant::now(),
-        domain_cpu_ns,
+        domain_cpu,
         not_local: src.not_local.clone(),
         qemu: src.qemu_pid.and_then(proc::cpu_ticks),
         server: src.server_pid.and_then(proc::cpu_ticks),
@@ -99,15 +112,8 @@ pub fn window_metrics(
         qemu.map(|c| Value::Number(c.0 + c.1))
             .unwrap_or_else(|| na(qemu_na)),
     ));
-    if let (Some(a), Some(b)) = (start.domain_cpu_ns, end.domain_cpu_ns) {
-        let pct = b.saturating_sub(a) as f64 / 1e9 / secs * 100.0;
-        out.push(Metric::num(
-            "host_domain_cpu_pct",
-            "Domain CPU (libvirt)",
-            "%",
-            Better::Lower,
-            pct,
-        ));
+    if let (Some(a), Some(b)) = (start.domain_cpu, end.domain_cpu) {
+        out.extend(domain_cpu_metrics(a, b, secs));
     }
     if let Some(srv) = cpu(&start.server, &end.server) {
         out.push(Metric::num(
@@ -140,6 +146,39 @@ pub fn window_metrics(
     out
 }
 
+/// libvirt's domain CPU over the window: the total, and its user/system split when both ends
+/// have one (the remote host's counterpart of the `/proc` figures of QEMU).
+fn domain_cpu_metrics(a: DomainCpu, b: DomainCpu, secs: f64) -> Vec<Metric> {
+    let pct = |x: u64, y: u64| y.saturating_sub(x) as f64 / 1e9 / secs * 100.0;
+    let mut out = vec![Metric::num(
+        "host_domain_cpu_pct",
+        "Domain CPU (libvirt)",
+        "%",
+        Better::Lower,
+        pct(a.total_ns, b.total_ns),
+    )];
+    let parts = [
+        (
+            "host_domain_usr_cpu_pct",
+            "Domain CPU (usr, libvirt)",
+            a.user_ns,
+            b.user_ns,
+        ),
+        (
+            "host_domain_sys_cpu_pct",
+            "Domain CPU (sys, libvirt)",
+            a.system_ns,
+            b.system_ns,
+        ),
+    ];
+    for (key, label, x, y) in parts {
+        if let (Some(x), Some(y)) = (x, y) {
+            out.push(Metric::num(key, label, "%", Better::Lower, pct(x, y)));
+        }
+    }
+    out
+}
+
 fn metric(key: &str, label: &str, unit: &str, better: Better, value: Value) -> Metric {
     Metric {
         key: key.into(),
@@ -162,8 +201,17 @@ mod remote_tests {
             not_local: Some("QEMU runs on the libvirt host qemu+tcp://h2/system, not here".into()),
             ..Sources::default()
         };
-        let a = snapshot(&src, None, Some(0));
-        let mut b = snapshot(&src, None, Some(1_000_000_000));
+        let cpu = |total_ns, user_ns, system_ns| DomainCpu {
+            total_ns,
+            user_ns,
+            system_ns,
+        };
+        let a = snapshot(&src, None, Some(cpu(0, Some(0), Some(0))));
+        let mut b = snapshot(
+            &src,
+            None,
+            Some(cpu(1_000_000_000, Some(600_000_000), Some(400_000_000))),
+        );
         b.at = a.at + std::time::Duration::from_secs(2);
         let m = window_metrics(&a, &b, None, None, None);
         let get = |k: &str| m.iter().find(|x| x.key == k).unwrap().value.clone();
@@ -178,5 +226,23 @@ mod remote_tests {
             }
         }
         assert_eq!(get("host_domain_cpu_pct"), Value::Number(50.0));
+        assert_eq!(get("host_domain_usr_cpu_pct"), Value::Number(30.0));
+        assert_eq!(get("host_domain_sys_cpu_pct"), Value::Number(20.0));
+    }
+
+    /// A driver without the cgroup split (Xen's libxl) gives the total only, no made-up parts.
+    #[test]
+    fn no_split_means_no_split_metrics() {
+        let total = |total_ns| DomainCpu {
+            total_ns,
+            ..DomainCpu::default()
+        };
+        let a = snapshot(&Sources::default(), None, Some(total(0)));
+        let mut b = snapshot(&Sources::default(), None, Some(total(2_000_000_000)));
+        b.at = a.at + std::time::Duration::from_secs(2);
+        let m = window_metrics(&a, &b, None, None, None);
+        assert!(m.iter().any(|x| x.key == "host_domain_cpu_pct"));
+        assert!(!m.iter().any(|x| x.key.starts_with("host_domain_usr")));
+        assert!(!m.iter().any(|x| x.key.starts_with("host_domain_sys")));
     }
 }

@@ -10,7 +10,7 @@
 
 use super::StorageError;
 use rand::distributions::{Alphanumeric, DistString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The libvirt connection the secret is defined on (the embedded servers are local; so is QEMU).
 pub const LIBVIRT_URI: &str = "qemu:///system";
@@ -20,6 +20,11 @@ pub const USAGE_PREFIX: &str = "vmbench-iscsi-";
 pub const USAGE_FILE: &str = "libvirt-secret-usage";
 /// Length of a generated secret (tgtd accepts up to 255; RFC 3720 wants at least 12 bytes).
 const SECRET_LEN: usize = 32;
+/// The longest user name or secret libiscsi and tgtd keep.
+const MAX_FIELD: usize = 255;
+/// What a CHAP file holds, for error messages and `--help`.
+pub const FILE_FORMAT: &str =
+    "expected lines username=NAME and secret=VALUE, mode 0600 or stricter";
 
 /// CHAP credentials. `Debug` does not show the secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -47,15 +52,23 @@ impl Chap {
     }
 
     /// Reads `username=NAME` and `secret=VALUE` lines (`#` comments and blank lines allowed)
-    /// from `path`. Errors name the file and the problem, never the secret.
+    /// from `path`, a regular file that no group or other user may read or write (like an ssh
+    /// key: a secret others can read is no secret). Errors name the file and the problem, never
+    /// the secret.
     pub fn from_file(path: &Path) -> Result<Chap, StorageError> {
         let bad = |why: String| {
             StorageError::Invalid(format!(
-                "iSCSI CHAP file {}: {why} (expected lines username=NAME and secret=VALUE)",
+                "iSCSI CHAP file {}: {why} ({FILE_FORMAT})",
                 path.display()
             ))
         };
+        check_private(path).map_err(bad)?;
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        Chap::parse(&text).map_err(bad)
+    }
+
+    /// The `username=`/`secret=` lines of a CHAP file; the error never holds the secret.
+    fn parse(text: &str) -> Result<Chap, String> {
         let (mut username, mut secret) = (None, None);
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -66,25 +79,29 @@ impl Chap {
                 Some(("username", v)) => username = Some(v.trim().to_string()),
                 Some(("secret", v)) => secret = Some(v.trim().to_string()),
                 Some((k, _)) => {
-                    return Err(bad(format!(
+                    return Err(format!(
                         "line {}: unknown key '{}' (valid: username, secret)",
                         i + 1,
                         k
-                    )))
+                    ))
                 }
-                None => return Err(bad(format!("line {}: no '='", i + 1))),
+                None => return Err(format!("line {}: no '='", i + 1)),
             }
         }
-        let username = username
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| bad("no username".into()))?;
-        let secret = secret
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| bad("no secret".into()))?;
+        let username = username.filter(|u| !u.is_empty()).ok_or("no username")?;
+        let secret = secret.filter(|s| !s.is_empty()).ok_or("no secret")?;
         if !username.chars().all(|c| c.is_ascii_graphic()) {
-            return Err(bad(
-                "the username must be printable ASCII without spaces".into()
+            return Err("the username must be printable ASCII without spaces".into());
+        }
+        // libiscsi and tgtd keep both in 255-byte strings; a control character could not
+        // round-trip through libvirt's secret or a file line.
+        if username.len() > MAX_FIELD || secret.len() > MAX_FIELD {
+            return Err(format!(
+                "the username and the secret may have at most {MAX_FIELD} bytes"
             ));
+        }
+        if secret.chars().any(char::is_control) {
+            return Err("the secret contains a control character".into());
         }
         Ok(Chap { username, secret })
     }
@@ -97,6 +114,134 @@ impl Chap {
     /// The secret, for tgtadm and libvirt only.
     pub(super) fn secret(&self) -> &str {
         &self.secret
+    }
+}
+
+/// Refuses a CHAP file that is not a regular file or that a group or other user may access.
+fn check_private(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {mode:04o} lets other users read or change it (chmod 600 {})",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The secret alone in a file, for `qemu-img`/`qemu-io --object secret,id=ID,file=PATH`, so
+/// that it is never on a command line (`/proc/PID/cmdline` is readable by every local user):
+/// mode 0600 in a new 0700 directory with a random name, both removed on drop.
+#[derive(Debug)]
+pub struct SecretFile {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl SecretFile {
+    /// Writes `chap`'s secret (no newline: QEMU's secret object takes the file's bytes).
+    pub fn write(chap: &Chap) -> Result<SecretFile, StorageError> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let name = Alphanumeric.sample_string(&mut rand::thread_rng(), 12);
+        let dir = std::env::temp_dir().join(format!("vmbench-chap-{name}"));
+        let io = |what: &Path| {
+            let context = format!("writing the CHAP secret file {}", what.display());
+            move |source| StorageError::Io { context, source }
+        };
+        // `create` fails on anything already there, a planted symlink included.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(&dir))?;
+        let s = SecretFile {
+            file: dir.join("secret"),
+            dir,
+        };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&s.file)
+            .and_then(|mut f| f.write_all(chap.secret().as_bytes()))
+            .map_err(io(&s.file))?;
+        Ok(s)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// CHAP for an external target (`--iscsi-chap-file`), read once per run, and the libvirt
+/// secret QEMU logs in with (usage `vmbench-iscsi-ext-TAG`, unique per run). Its usage name is
+/// kept in `DIR/`[`USAGE_FILE`] for `vmbench cleanup`; dropping it undefines the secret and
+/// removes that file.
+#[derive(Debug)]
+pub struct RunChap {
+    chap: Chap,
+    secret: LibvirtSecret,
+    usage_file: PathBuf,
+}
+
+impl RunChap {
+    /// Reads `file` and defines the run's libvirt secret; `dir` gets the usage file.
+    pub fn define(file: &Path, dir: &Path) -> Result<RunChap, StorageError> {
+        let chap = Chap::from_file(file)?;
+        let usage = format!("{USAGE_PREFIX}ext-{}", super::cmd::unique_tag());
+        let usage_file = dir.join(USAGE_FILE);
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&usage_file, &usage))
+            .map_err(|source| StorageError::Io {
+                context: format!("writing {}", usage_file.display()),
+                source,
+            })?;
+        match LibvirtSecret::define(&usage, &chap) {
+            Ok(secret) => Ok(RunChap {
+                chap,
+                secret,
+                usage_file,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&usage_file);
+                Err(e)
+            }
+        }
+    }
+
+    /// The credentials, for vmbench's own qemu-img and qemu-io ([`SecretFile`]).
+    pub fn chap(&self) -> &Chap {
+        &self.chap
+    }
+
+    /// How QEMU logs in: the user name and the libvirt secret's usage.
+    pub fn auth(&self) -> super::NetAuth {
+        super::NetAuth::IscsiChap {
+            username: self.chap.username().to_string(),
+            secret_usage: self.secret.usage().to_string(),
+        }
+    }
+}
+
+impl Drop for RunChap {
+    fn drop(&mut self) {
+        // The usage file stays while the secret may still be defined, for `vmbench cleanup`.
+        if undefine(self.secret.usage()).is_ok() {
+            let _ = std::fs::remove_file(&self.usage_file);
+        }
     }
 }
 
@@ -202,10 +347,11 @@ mod tests {
 
     #[test]
     fn chap_files_parse_and_bad_ones_say_why_without_the_secret() {
-        let dir = std::env::temp_dir().join(format!("vmbench-chap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // A TempDir, so that a failed assertion leaves nothing behind.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let f = dir.join("chap");
-        std::fs::write(&f, "# lab SAN\nusername = bench\nsecret=s3cr3t-Value-123\n").unwrap();
+        write_private(&f, "# lab SAN\nusername = bench\nsecret=s3cr3t-Value-123\n");
         let c = Chap::from_file(&f).unwrap();
         assert_eq!((c.username(), c.secret()), ("bench", "s3cr3t-Value-123"));
         let cases = [
@@ -218,7 +364,7 @@ mod tests {
             ("username=u\nhunter22hunter22\n", "line 2: no '='"),
         ];
         for (text, want) in cases {
-            std::fs::write(&f, text).unwrap();
+            write_private(&f, text);
             let e = Chap::from_file(&f).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
             assert!(!e.contains("hunter22"), "{e}");
@@ -227,6 +373,66 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing") && e.contains("expected lines"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn write_private(f: &Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(f, text).unwrap();
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    #[test]
+    fn chap_files_others_may_read_and_odd_values_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("chap");
+        write_private(&f, "username=u\nsecret=hunter22hunter22\n");
+        for mode in [0o644, 0o640, 0o604, 0o660] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = Chap::from_file(&f).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("mode {mode:04o}")) && e.contains("chmod 600"),
+                "{e}"
+            );
+            assert!(e.contains(&f.display().to_string()), "{e}");
+        }
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert_eq!(Chap::from_file(&f).unwrap().username(), "u");
+        let e = Chap::from_file(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let g = dir.path().join("long");
+        let long = "x".repeat(256);
+        for text in [
+            format!("username={long}\nsecret=hunter22hunter22\n"),
+            format!("username=u\nsecret=hunter22{long}\n"),
+        ] {
+            write_private(&g, &text);
+            let e = Chap::from_file(&g).unwrap_err().to_string();
+            assert!(e.contains("at most 255 bytes") && !e.contains(&long), "{e}");
+        }
+        write_private(&g, "username=u\nsecret=hunter22\thunter22\n");
+        let e = Chap::from_file(&g).unwrap_err().to_string();
+        assert!(
+            e.contains("control character") && !e.contains("hunter22"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_secret_file_is_private_exact_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let c = Chap::random("sf");
+        let f = SecretFile::write(&c).unwrap();
+        let path = f.path().to_path_buf();
+        let dir = path.parent().unwrap().to_path_buf();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&path), mode(&dir)), (0o600, 0o700));
+        // QEMU's secret object takes the file's bytes: no newline.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), c.secret());
+        assert!(!path.to_string_lossy().contains(c.secret()));
+        let other = SecretFile::write(&c).unwrap();
+        assert_ne!(other.path(), path, "each call has its own directory");
+        drop(f);
+        assert!(!path.exists() && !dir.exists());
     }
 }

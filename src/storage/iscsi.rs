@@ -5,9 +5,14 @@
 //!   a new target with a run-unique IQN, LUN 1 on the file, and an ACL for 127.0.0.1 only.
 //!   Teardown deletes the target (`--force`) and the file.
 //! - external: `iscsi://PORTAL[:PORT]/IQN/LUN`, a LUN the user gives us whole. Its size is the
-//!   LUN's. Teardown of a qcow2 zeroes its first MiB over libiscsi (`qemu-io`), so the next run
+//!   LUN's. A qcow2 is made as a header file in the work dir and copied onto the LUN's start.
+//!   Teardown of a qcow2 zeroes its first MiB over libiscsi (`qemu-io`), so the next run
 //!   does not find a stale qcow2 header; a raw LUN keeps what the guest wrote.
+//!   With CHAP (`--iscsi-chap-file`, [`super::chap::RunChap`]) QEMU logs in through the run's
+//!   libvirt secret, and vmbench's own qemu-img and qemu-io through `--object secret,file=`
+//!   ([`LunAccess`]): the secret is never on a command line.
 
+use super::chap::{Chap, RunChap, SecretFile};
 use super::cmd;
 use super::tgt::Tgt;
 use super::{
@@ -170,9 +175,9 @@ pub fn validate_target(t: &str) -> Result<(), String> {
 enum Created {
     /// An embedded target and its backing file.
     Target { tid: u32, file: PathBuf },
-    /// A qcow2 header written onto an external LUN; `confirmed` once qemu-img succeeded (an
+    /// A qcow2 header written onto the external LUN; `confirmed` once qemu-img succeeded (an
     /// unconfirmed one is wiped best-effort: the LUN may be what failed).
-    ExternalQcow2 { url: String, confirmed: bool },
+    ExternalQcow2 { confirmed: bool },
 }
 
 /// Which target the backend uses.
@@ -180,8 +185,8 @@ enum Created {
 pub enum IscsiMode {
     /// Our own tgtd.
     Embedded(Arc<Tgt>),
-    /// A user's LUN.
-    External(IscsiUrl),
+    /// A user's LUN, with CHAP when the user gave credentials.
+    External(IscsiUrl, Option<Arc<RunChap>>),
 }
 
 /// LUNs over iSCSI.
@@ -202,13 +207,13 @@ impl IscsiBackend {
 
     /// On an external LUN, `iscsi://PORTAL[:PORT]/IQN/LUN`; errors on a bad URL.
     pub fn external(url: &str) -> Result<Self, StorageError> {
-        Ok(Self::external_url(IscsiUrl::parse(url)?))
+        Ok(Self::external_url(IscsiUrl::parse(url)?, None))
     }
 
-    /// On an external LUN, by an already parsed URL.
-    pub fn external_url(url: IscsiUrl) -> Self {
+    /// On an external LUN, by an already parsed URL, logging in with `chap` when given.
+    pub fn external_url(url: IscsiUrl, chap: Option<Arc<RunChap>>) -> Self {
         IscsiBackend {
-            mode: IscsiMode::External(url),
+            mode: IscsiMode::External(url, chap),
             created: Vec::new(),
         }
     }
@@ -265,24 +270,25 @@ impl IscsiBackend {
     fn provision_external(
         &mut self,
         u: IscsiUrl,
+        chap: Option<Arc<RunChap>>,
         cell: &Cell,
         size_bytes: u64,
+        work: &Path,
     ) -> Result<ProvisionedDisk, StorageError> {
         let url = u.to_url();
-        let lun_bytes = cmd::qemu_img_virtual_size(&url)?;
+        let lun = LunAccess {
+            url: &u,
+            chap: chap.as_deref().map(RunChap::chap),
+        };
+        let lun_bytes = lun.size()?;
         let guest_bytes = match cell.format {
             Format::Raw => lun_bytes,
             Format::Qcow2 => {
                 let v = cmd::qcow2_fit(lun_bytes);
-                self.created.push(Created::ExternalQcow2 {
-                    url: url.clone(),
-                    confirmed: false,
-                });
-                cmd::run(
-                    "qemu-img",
-                    &["create", "-q", "-f", "qcow2", &url, &v.to_string()],
-                )?;
-                if let Some(Created::ExternalQcow2 { confirmed, .. }) = self.created.last_mut() {
+                self.created
+                    .push(Created::ExternalQcow2 { confirmed: false });
+                lun.format_qcow2(v, work)?;
+                if let Some(Created::ExternalQcow2 { confirmed }) = self.created.last_mut() {
                     *confirmed = true;
                 }
                 v
@@ -292,14 +298,147 @@ impl IscsiBackend {
         params.insert("mode".into(), "external".into());
         params.insert("lun_bytes".into(), lun_bytes.to_string());
         params.insert("requested_bytes".into(), size_bytes.to_string());
+        if let Some(c) = &chap {
+            params.insert("chap_username".into(), c.chap().username().to_string());
+        }
         Ok(ProvisionedDisk {
-            source: network_source(&u.target, u.lun, &u.host, u.port, None),
+            source: network_source(&u.target, u.lun, &u.host, u.port, chap.map(|c| c.auth())),
             format: cell.format,
             size_bytes: guest_bytes,
             host_path: None,
             params,
         })
     }
+}
+
+/// The id of the secret object on vmbench's own qemu-img and qemu-io command lines.
+const SECRET_ID: &str = "chap0";
+
+/// How vmbench's own qemu-img and qemu-io reach an external LUN: `--image-opts` for QEMU's
+/// iscsi driver (a URL has no place for a secret object), and with CHAP the user name and a
+/// `password-secret` read from a [`SecretFile`].
+pub struct LunAccess<'a> {
+    /// The LUN.
+    pub url: &'a IscsiUrl,
+    /// The credentials, when the target wants CHAP.
+    pub chap: Option<&'a Chap>,
+}
+
+impl LunAccess<'_> {
+    /// The argv of `PROGRAM pre... [--object secret,...] FLAG post... SPEC`, where FLAG is
+    /// `--image-opts` or `--target-image-opts` and SPEC the LUN's driver options. `secret` is
+    /// the file holding the secret (required with CHAP).
+    pub fn argv(
+        &self,
+        secret: Option<&Path>,
+        pre: &[&str],
+        flag: &str,
+        post: &[&str],
+    ) -> Vec<String> {
+        let u = self.url;
+        let mut spec = format!(
+            "driver=iscsi,transport=tcp,portal={}:{},target={},lun={}",
+            u.host,
+            u.port.unwrap_or(3260),
+            u.target,
+            u.lun
+        );
+        let mut argv: Vec<String> = pre.iter().map(|a| a.to_string()).collect();
+        if let (Some(c), Some(file)) = (self.chap, secret) {
+            argv.push("--object".into());
+            argv.push(format!(
+                "secret,id={SECRET_ID},file={}",
+                opt_value(&file.to_string_lossy())
+            ));
+            spec.push_str(&format!(
+                ",user={},password-secret={SECRET_ID}",
+                opt_value(c.username())
+            ));
+        }
+        argv.push(flag.into());
+        argv.extend(post.iter().map(|a| a.to_string()));
+        argv.push(spec);
+        argv
+    }
+
+    /// Runs `program` with [`Self::argv`], the secret in a file for just this call; `what`
+    /// names the step in an error.
+    fn run(
+        &self,
+        what: &str,
+        program: &str,
+        pre: &[&str],
+        (flag, post): (&str, &[&str]),
+    ) -> Result<String, StorageError> {
+        let file = self.chap.map(SecretFile::write).transpose()?;
+        let argv = self.argv(file.as_ref().map(SecretFile::path), pre, flag, post);
+        cmd::run(program, &argv).map_err(|e| self.context(what, e))
+    }
+
+    /// Names the step, the LUN and who logged in instead of the long argv (qemu's own message,
+    /// in the detail, repeats the driver options), so an authentication failure reads as one.
+    fn context(&self, what: &str, e: StorageError) -> StorageError {
+        let StorageError::Command { detail, .. } = e else {
+            return e;
+        };
+        let who = match self.chap {
+            Some(c) => format!(" as CHAP user '{}'", c.username()),
+            None => " without CHAP".to_string(),
+        };
+        StorageError::Command {
+            command: format!("{what} on LUN {}{who}", self.url),
+            detail,
+        }
+    }
+
+    /// The LUN's size in bytes (the raw device, whatever is on it).
+    fn size(&self) -> Result<u64, StorageError> {
+        let out = self.run(
+            "qemu-img info",
+            "qemu-img",
+            &["info", "--output=json"],
+            ("--image-opts", &[]),
+        )?;
+        cmd::virtual_size_from_json(&out, &self.url.to_url())
+    }
+
+    /// A qcow2 of virtual size `v` onto the LUN: made as a file in `work` (its header and
+    /// tables; the rest of the LUN is room to grow, as on the embedded LUN), then copied onto
+    /// the LUN's start. `qemu-img create` on the LUN itself would need the secret in its URL.
+    fn format_qcow2(&self, v: u64, work: &Path) -> Result<(), StorageError> {
+        let header = work.join(format!("iscsi-header-{}.qcow2", cmd::unique_tag()));
+        let h = header.to_string_lossy().into_owned();
+        let r = cmd::run(
+            "qemu-img",
+            &["create", "-q", "-f", "qcow2", &h, &v.to_string()],
+        )
+        .and_then(|_| {
+            self.run(
+                "qemu-img convert (the qcow2 header onto the LUN)",
+                "qemu-img",
+                &["convert", "-n", "-f", "raw", &h],
+                ("--target-image-opts", &[]),
+            )
+        });
+        let _ = std::fs::remove_file(&header);
+        r.map(drop)
+    }
+
+    /// Zeroes the first MiB (a qcow2 header) so the next user does not find a stale image.
+    fn wipe_header(&self) -> Result<(), StorageError> {
+        self.run(
+            "qemu-io (wiping the qcow2 header)",
+            "qemu-io",
+            &[],
+            ("--image-opts", &["-c", "write -z 0 1M"]),
+        )
+        .map(drop)
+    }
+}
+
+/// A value in QEMU's `key=value,...` option syntax: a comma is written twice.
+fn opt_value(v: &str) -> String {
+    v.replace(',', ",,")
 }
 
 fn base_params(
@@ -379,12 +518,14 @@ fn create_sparse(path: &Path, bytes: u64) -> Result<(), StorageError> {
     f.set_len(bytes).map_err(io)
 }
 
-fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
+fn undo(c: &Created, mode: &IscsiMode) -> Result<(), StorageError> {
     match c {
         Created::Target { tid, file } => {
             // A tgtd that died (killed mid-run) took its targets with it.
-            if let Some(t) = tgt.filter(|t| t.running()) {
-                t.delete_target(*tid)?;
+            if let IscsiMode::Embedded(t) = mode {
+                if t.running() {
+                    t.delete_target(*tid)?;
+                }
             }
             match std::fs::remove_file(file) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::Io {
@@ -394,8 +535,15 @@ fn undo(c: &Created, tgt: Option<&Tgt>) -> Result<(), StorageError> {
                 _ => Ok(()),
             }
         }
-        Created::ExternalQcow2 { url, confirmed } => {
-            let r = cmd::run("qemu-io", &["-f", "raw", "-c", "write -z 0 1M", url]);
+        Created::ExternalQcow2 { confirmed } => {
+            let IscsiMode::External(url, chap) = mode else {
+                return Ok(());
+            };
+            let lun = LunAccess {
+                url,
+                chap: chap.as_deref().map(RunChap::chap),
+            };
+            let r = lun.wipe_header();
             if *confirmed {
                 r?;
             }
@@ -425,17 +573,15 @@ impl StorageBackend for IscsiBackend {
         self.check()?;
         match self.mode.clone() {
             IscsiMode::Embedded(t) => self.provision_embedded(t, cell, size_bytes, work),
-            IscsiMode::External(u) => self.provision_external(u, cell, size_bytes),
+            IscsiMode::External(u, chap) => {
+                self.provision_external(u, chap, cell, size_bytes, work)
+            }
         }
     }
 
     fn teardown(&mut self) -> Result<(), StorageError> {
-        let tgt = match &self.mode {
-            IscsiMode::Embedded(t) => Some(t.clone()),
-            IscsiMode::External(_) => None,
-        };
         while let Some(c) = self.created.pop() {
-            if let Err(e) = undo(&c, tgt.as_deref()) {
+            if let Err(e) = undo(&c, &self.mode) {
                 self.created.push(c);
                 return Err(e);
             }
@@ -454,6 +600,81 @@ impl Drop for IscsiBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lun_argv_names_the_secret_file_never_the_secret() {
+        let u = IscsiUrl::parse("iscsi://10.0.0.9/iqn.2026-12.dev.x:t/2").unwrap();
+        let chap = Chap::random("argv,1");
+        let lun = LunAccess {
+            url: &u,
+            chap: Some(&chap),
+        };
+        let file = Path::new("/tmp/vmbench-chap-X/secret");
+        let argv = lun.argv(Some(file), &["info", "--output=json"], "--image-opts", &[]);
+        assert_eq!(
+            argv,
+            [
+                "info",
+                "--output=json",
+                "--object",
+                "secret,id=chap0,file=/tmp/vmbench-chap-X/secret",
+                "--image-opts",
+                // A comma in the user name is doubled (QEMU's option syntax).
+                "driver=iscsi,transport=tcp,portal=10.0.0.9:3260,target=iqn.2026-12.dev.x:t,\
+                 lun=2,user=vmbench-argv,,1,password-secret=chap0",
+            ]
+        );
+        assert!(argv.iter().all(|a| !a.contains(chap.secret())), "{argv:?}");
+        // qemu-io and qemu-img convert put their own arguments between the flag and the LUN.
+        let io = lun.argv(Some(file), &[], "--image-opts", &["-c", "write -z 0 1M"]);
+        assert_eq!(io[2..5], ["--image-opts", "-c", "write -z 0 1M"]);
+        assert!(io.last().unwrap().starts_with("driver=iscsi,"));
+        assert!(io.iter().all(|a| !a.contains(chap.secret())));
+        // Without CHAP: no secret object, no user.
+        let plain = LunAccess {
+            url: &u,
+            chap: None,
+        };
+        let argv = plain.argv(None, &["convert", "-n"], "--target-image-opts", &[]);
+        assert_eq!(
+            argv,
+            [
+                "convert",
+                "-n",
+                "--target-image-opts",
+                "driver=iscsi,transport=tcp,portal=10.0.0.9:3260,target=iqn.2026-12.dev.x:t,lun=2"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_login_names_the_lun_and_user_not_the_secret() {
+        let u = IscsiUrl::parse("iscsi://10.0.0.9:3261/iqn.2026-12.dev.x:t/1").unwrap();
+        let chap = Chap::random("ctx");
+        let lun = LunAccess {
+            url: &u,
+            chap: Some(&chap),
+        };
+        let e = lun
+            .context(
+                "qemu-img info",
+                StorageError::Command {
+                    command: "qemu-img info".into(),
+                    detail: "exit status: 1: Failed to log in to target. Status: Authentication \
+                         failure(514)"
+                        .into(),
+                },
+            )
+            .to_string();
+        assert!(
+            e.starts_with(
+                "qemu-img info on LUN iscsi://10.0.0.9:3261/iqn.2026-12.dev.x:t/1 as CHAP user \
+                 'vmbench-ctx' failed: exit status: 1:"
+            ) && e.contains("Authentication failure"),
+            "{e}"
+        );
+        assert!(!e.contains(chap.secret()), "{e}");
+    }
 
     #[test]
     fn good_urls_parse() {

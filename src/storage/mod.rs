@@ -215,7 +215,16 @@ pub fn open(
             }
         },
         Backend::Iscsi => match &opts.iscsi {
-            Some(url) => plain(Box::new(iscsi::IscsiBackend::external_url(url.clone()))),
+            Some(url) => {
+                let chap = match &opts.iscsi_chap_file {
+                    Some(f) => Some(servers.iscsi_chap(f)?),
+                    None => None,
+                };
+                plain(Box::new(iscsi::IscsiBackend::external_url(
+                    url.clone(),
+                    chap,
+                )))
+            }
             None => {
                 let t = servers.tgt(link)?;
                 let server = Some(servers::identity(t.as_ref()));
@@ -287,6 +296,17 @@ pub fn host_support(backend: Backend) -> Result<String, String> {
     }
 }
 
+/// The `<auth>` an external LUN with `--iscsi-chap-file` will get: the file's user name (read,
+/// not the secret; `USER` if it cannot be read) and a placeholder secret usage.
+fn planned_chap(file: &Path) -> NetAuth {
+    NetAuth::IscsiChap {
+        username: chap::Chap::from_file(file)
+            .map(|c| c.username().to_string())
+            .unwrap_or_else(|_| "USER".into()),
+        secret_usage: format!("{}ext-{PLANNED_TAG}", chap::USAGE_PREFIX),
+    }
+}
+
 fn local_dir(opts: &StorageConfig, work: &Path) -> PathBuf {
     opts.local_dir.clone().unwrap_or_else(|| work.join("local"))
 }
@@ -322,7 +342,13 @@ pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Pat
             ),
         },
         Backend::Iscsi => match &opts.iscsi {
-            Some(u) => iscsi::network_source(&u.target, u.lun, &u.host, u.port, None),
+            Some(u) => iscsi::network_source(
+                &u.target,
+                u.lun,
+                &u.host,
+                u.port,
+                opts.iscsi_chap_file.as_deref().map(planned_chap),
+            ),
             None => iscsi::network_source(
                 &format!("{}:{PLANNED_TAG}", tgt::IQN_PREFIX),
                 1,
@@ -423,6 +449,22 @@ mod plan_tests {
             DiskSource::Block {
                 dev: "/dev/vg0/vmbench-TAG".into()
             }
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("chap");
+        std::fs::write(&f, "username=lab\nsecret=hunter22hunter22\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        o.iscsi_chap_file = Some(f);
+        let DiskSource::Network { auth, .. } = plan(&o, Backend::Iscsi) else {
+            panic!("external iSCSI is a network disk")
+        };
+        assert_eq!(
+            auth,
+            Some(NetAuth::IscsiChap {
+                username: "lab".into(),
+                secret_usage: "vmbench-iscsi-ext-TAG".into()
+            })
         );
         o.nfs = None;
         o.nfs_mount = Some("/mnt/nfs".into());

@@ -2,9 +2,11 @@
 //! config.json). Values are typed as soon as they are read: a bad preallocation or URL is a
 //! configuration error (exit 2) before anything is created.
 
+use super::chap::Chap;
 use super::iscsi::IscsiUrl;
 use super::local::Prealloc;
 use super::nfs::NfsUrl;
+use super::StorageError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -22,6 +24,10 @@ pub struct StorageConfig {
     pub nfs_mount: Option<PathBuf>,
     /// External iSCSI LUN `iscsi://PORTAL/IQN/LUN`. Default: embedded tgt.
     pub iscsi: Option<IscsiUrl>,
+    /// CHAP credentials for the external `iscsi` LUN: a file with `username=NAME` and
+    /// `secret=VALUE` lines, mode 0600 or stricter. Only the path is recorded, never the secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iscsi_chap_file: Option<PathBuf>,
     /// LVM volume group for `lvm` cells.
     pub lvm_vg: Option<String>,
     /// Thin pool in that VG (thin volumes instead of thick).
@@ -32,6 +38,25 @@ pub struct StorageConfig {
     pub allow_destroy: bool,
     /// Use a block device even if it holds a filesystem signature.
     pub force: bool,
+}
+
+impl StorageConfig {
+    /// The checks that need more than one field or the filesystem, before anything is created:
+    /// a CHAP file only with an external iSCSI LUN, and one that is private and well formed.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        if let Some(f) = &self.iscsi_chap_file {
+            if self.iscsi.is_none() {
+                return Err(StorageError::Invalid(format!(
+                    "--iscsi-chap-file {} needs --iscsi iscsi://PORTAL/IQN/LUN: the embedded \
+                     target makes its own per-run CHAP account",
+                    f.display()
+                )));
+            }
+            Chap::from_file(f)
+                .map_err(|e| StorageError::Invalid(format!("--iscsi-chap-file: {e}")))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -58,6 +83,36 @@ mod tests {
         assert_eq!(json["iscsi"], "iscsi://h:3261/iqn.2026-12.dev.x:t/2");
         let back: StorageConfig = serde_json::from_value(json).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn a_chap_file_needs_an_external_lun_and_a_private_well_formed_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("chap");
+        std::fs::write(&f, "username=bench\nsecret=hunter22hunter22\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let toml = format!("iscsi_chap_file = \"{}\"\n", f.display());
+        let alone = parse(&toml).unwrap();
+        let e = alone.validate().unwrap_err().to_string();
+        assert!(e.contains("needs --iscsi"), "{e}");
+        let with = parse(&format!(
+            "iscsi = \"iscsi://h/iqn.2026-12.dev.x:t/1\"\n{toml}"
+        ))
+        .unwrap();
+        with.validate().unwrap();
+        // config.json keeps the path, never the secret; without a file, no key at all.
+        let json = serde_json::to_string(&with).unwrap();
+        assert!(json.contains(&*f.to_string_lossy()) && !json.contains("hunter22"));
+        assert!(!serde_json::to_string(&StorageConfig::default())
+            .unwrap()
+            .contains("iscsi_chap_file"));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = with.validate().unwrap_err().to_string();
+        assert!(e.contains("mode 0644") && !e.contains("hunter22"), "{e}");
+        std::fs::remove_file(&f).unwrap();
+        let e = with.validate().unwrap_err().to_string();
+        assert!(e.contains("No such file"), "{e}");
     }
 
     #[test]

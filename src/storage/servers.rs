@@ -8,6 +8,7 @@
 //! A server that could not start fails every later cell that needs it with the same reason,
 //! without retrying each time (a missing binary or a busy port will not fix itself mid-run).
 
+use super::chap::RunChap;
 use super::ganesha::Ganesha;
 use super::netns::NetNs;
 use super::tgt::Tgt;
@@ -95,6 +96,10 @@ pub enum OpenError {
     Failed(String),
 }
 
+/// The directory (under a run's `servers/`) that keeps the usage name of the external iSCSI
+/// target's libvirt CHAP secret, for `vmbench cleanup`.
+pub const ISCSI_CHAP_DIR: &str = "iscsi-chap";
+
 /// One server kind: the running instance, or the reason it could not start.
 struct Slot<T> {
     dir: PathBuf,
@@ -151,6 +156,8 @@ pub struct Servers {
     links: BTreeMap<Link, OnLink>,
     /// Each link's namespace while a server holds it.
     nets: BTreeMap<Link, Weak<NetNs>>,
+    /// The external iSCSI target's CHAP (defined on first use), or why it could not be.
+    iscsi_chap: Option<Result<Arc<RunChap>, String>>,
 }
 
 impl Servers {
@@ -162,7 +169,23 @@ impl Servers {
             run: run.to_string(),
             links: BTreeMap::new(),
             nets: BTreeMap::new(),
+            iscsi_chap: None,
         }
+    }
+
+    /// The run's CHAP for the external iSCSI target, from `file`: read and defined as a libvirt
+    /// secret on first use (usage file in `DIR/`[`ISCSI_CHAP_DIR`]), shared by every later cell,
+    /// undefined when the last holder drops it. A failure is sticky, like a server's.
+    pub fn iscsi_chap(&mut self, file: &Path) -> Result<Arc<RunChap>, OpenError> {
+        let dir = self.dir.join(ISCSI_CHAP_DIR);
+        self.iscsi_chap
+            .get_or_insert_with(|| {
+                RunChap::define(file, &dir)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(OpenError::Failed)
     }
 
     /// The log directory of a server started outside these slots (hostdir's per-cell virtiofsd),

@@ -45,7 +45,12 @@ pub fn qcow2_fit(device_bytes: u64) -> u64 {
 /// `qemu-img info --output=json TARGET`'s virtual size.
 pub fn qemu_img_virtual_size(target: &str) -> Result<u64, StorageError> {
     let out = run("qemu-img", &["info", "--output=json", target])?;
-    let v: serde_json::Value = serde_json::from_str(&out)
+    virtual_size_from_json(&out, target)
+}
+
+/// The virtual size in `qemu-img info --output=json` output about `target`.
+pub fn virtual_size_from_json(out: &str, target: &str) -> Result<u64, StorageError> {
+    let v: serde_json::Value = serde_json::from_str(out)
         .map_err(|e| StorageError::Invalid(format!("qemu-img info {target}: bad JSON: {e}")))?;
     v.get("virtual-size")
         .and_then(|s| s.as_u64())
