@@ -2,7 +2,9 @@
 //! nothing else: domains carrying the metadata marker (of runs under `--runs-dir`, or the one
 //! named by `--run`), embedded servers whose config or log lies in a dead run's `servers/`
 //! directory, the run's network namespaces (`vmbench-<run id>-*`, with their veth pairs and
-//! qdiscs), and the run's work directory (images, LUN backing files, sockets). A run that is
+//! qdiscs), the run's libvirt storage pools on `--connect`'s host (`vmbench-<run id>-*`, with
+//! the disk volumes in them; an uploaded kernel and initramfs are kept), and the run's work
+//! directory (images, LUN backing files, sockets). A run that is
 //! still alive holds its lock file, and is never touched.
 
 use crate::hypervisor::libvirt::Libvirt;
@@ -11,6 +13,7 @@ use crate::storage::chap;
 use crate::storage::cmd::cmdline;
 use crate::storage::ganesha::Ganesha;
 use crate::storage::netns;
+use crate::storage::pool;
 use crate::storage::servers::EmbeddedServer;
 use crate::storage::tgt::{Tgt, SOCKET_DIR as TGTD_SOCKETS};
 use std::path::{Path, PathBuf};
@@ -56,7 +59,10 @@ pub fn run(a: &CleanupOptions) -> anyhow::Result<i32> {
         .collect();
     let known: Vec<String> = runs.iter().filter_map(|d| name(d)).collect();
     match Libvirt::connect(&a.connect) {
-        Ok(conn) => clean_domains(&conn, a, &live, &known, &mut rep)?,
+        Ok(conn) => {
+            clean_domains(&conn, a, &live, &known, &mut rep)?;
+            clean_pools(a, &live, &known, &mut rep);
+        }
         Err(e) => rep
             .kept
             .push(format!("(libvirt not reachable, domains not checked: {e})")),
@@ -118,6 +124,28 @@ fn clean_domains(
         }
     }
     Ok(())
+}
+
+/// Destroys the storage pools of dead runs (name prefix `vmbench-<run id>-`) on the libvirt
+/// host, with their disk volumes; after the domains, which may still hold the volumes. Like
+/// domains, only runs under `--runs-dir` or named by `--run` are judged.
+fn clean_pools(a: &CleanupOptions, live: &[String], known: &[String], rep: &mut Report) {
+    let runs: Vec<&str> = match &a.run {
+        Some(r) => vec![r.as_str()],
+        None => known.iter().map(String::as_str).collect(),
+    };
+    let prefixes: Vec<String> = runs
+        .into_iter()
+        .filter(|r| !live.iter().any(|l| l == r))
+        .map(pool::pool_prefix)
+        .collect();
+    if prefixes.is_empty() {
+        return;
+    }
+    match pool::remove_leftover_pools(&a.connect, &prefixes, a.dry_run) {
+        Ok(lines) => rep.lines.extend(lines),
+        Err(e) => rep.kept.push(format!("storage pools: {e}")),
+    }
 }
 
 fn list_runs(root: &Path) -> Vec<PathBuf> {

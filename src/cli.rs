@@ -203,6 +203,11 @@ pub struct MatrixArgs {
     /// [default: one host, local, with --connect's URIs]
     #[arg(long = "host", value_name = "NAME=URI")]
     pub hosts: Vec<String>,
+    /// vmbench's directory on host NAME, a path on that host (repeatable): the run's disks in a
+    /// subdirectory, the uploaded kernel and initramfs beside it.
+    /// [default: /var/lib/libvirt/images/vmbench on a remote host]
+    #[arg(long = "host-pool-dir", value_name = "NAME=DIR")]
+    pub host_pool_dirs: Vec<String>,
     /// Drop cells matching DIM=VALUE[,DIM=VALUE...] (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
@@ -567,6 +572,9 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     for spec in &a.hosts {
         apply_host(&mut c, spec)?;
     }
+    for spec in &a.host_pool_dirs {
+        apply_host_pool_dir(&mut c, spec)?;
+    }
     for r in &a.exclude {
         c.exclude
             .push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
@@ -679,6 +687,22 @@ fn apply_host(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
     let name: crate::cell::HostName = name.parse()?;
     if c.hosts.insert(name.clone(), uri.to_string()).is_some() {
         return Err(CliError::Usage(format!("--host {name} given twice")));
+    }
+    Ok(())
+}
+
+/// `--host-pool-dir NAME=DIR` (the host and the path are checked by `validate`).
+fn apply_host_pool_dir(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
+    let (name, dir) = spec.split_once('=').ok_or_else(|| {
+        CliError::Usage(format!(
+            "--host-pool-dir {spec}: expected NAME=DIR, e.g. h2=/srv/vmbench"
+        ))
+    })?;
+    let name: crate::cell::HostName = name.parse()?;
+    if c.host_pool_dirs.insert(name.clone(), dir.into()).is_some() {
+        return Err(CliError::Usage(format!(
+            "--host-pool-dir {name} given twice"
+        )));
     }
     Ok(())
 }

@@ -266,6 +266,7 @@ impl Case {
             initrd: "/var/lib/vmbench/images/0123abcd/initrd.zst".into(),
             cmdline: kernel_cmdline(self.hv, self.mode),
             console_log: dir.join("console.log"),
+            console_pty: false,
             disk: DiskSpec {
                 source: self.source.clone(),
                 format: self.format,
@@ -870,4 +871,49 @@ fn libvirt_defines_a_domain_with_hostile_paths() {
         attr(&attrs, "source", "file").contains(&HOSTILE),
         "{attrs:?}"
     );
+}
+
+/// A cell on a remote libvirt host (issue 14): kernel, initramfs and disk are volumes on that
+/// host, and the serial console is a pty there, so the definition names no path of this
+/// machine (the run directory is where `console_log` would be).
+fn on_remote_host() -> DomainSpec {
+    let mut s = base();
+    s.kernel = "/var/lib/libvirt/images/vmbench/vmbench-kernel-0123456789abcdef".into();
+    s.initrd = "/var/lib/libvirt/images/vmbench/vmbench-initramfs-0123456789abcdef".into();
+    s.disk.source = file("/var/lib/libvirt/images/vmbench/vmbench-R-h2/vmbench-1-2-c.qcow2");
+    s.console_pty = true;
+    s
+}
+
+#[test]
+fn a_remote_hosts_domain_names_no_path_of_this_machine() {
+    let spec = on_remote_host();
+    let xml = render(&spec).unwrap();
+    let run_dir = spec
+        .console_log
+        .parent()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(!xml.contains(&run_dir), "{run_dir} in\n{xml}");
+    assert!(!xml.contains("/var/lib/vmbench"), "{xml}");
+    let attrs = parse(&xml);
+    assert_eq!(attr(&attrs, "serial", "type"), vec!["pty"]);
+    assert_eq!(
+        text(&xml, "kernel").as_deref(),
+        Some("/var/lib/libvirt/images/vmbench/vmbench-kernel-0123456789abcdef")
+    );
+    // This machine's cells keep their console in the run directory.
+    let local = render(&base()).unwrap();
+    assert_eq!(attr(&parse(&local), "serial", "type"), vec!["file"]);
+    assert!(local.contains(&run_dir), "{local}");
+}
+
+#[test]
+#[ignore = "host: virt-xml-validate"]
+fn a_remote_hosts_domain_validates_against_libvirts_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote.xml");
+    std::fs::write(&path, render(&on_remote_host()).unwrap()).unwrap();
+    validate(&path).unwrap();
 }

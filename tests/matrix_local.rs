@@ -37,6 +37,9 @@ fn two_local_cells_qcow2_and_raw() {
         assert!(usr > 0.0 && sys >= 0.0, "usr {usr} sys {sys}");
         assert!(usr + sys <= num(c, "host_domain_cpu_pct") * 1.05 + 1.0);
         assert!(num(c, "host_read_ops") > 0.0);
+        // The disk was a volume of the run's transient libvirt pool (issue 14).
+        assert!(c.params["pool"].starts_with("vmbench-"), "{:?}", c.params);
+        assert_eq!(c.params["preallocation_method"], "sparse");
     }
     // The seed-style table: metrics as rows, one column per cell.
     let stdout = String::from_utf8_lossy(&out.stdout);

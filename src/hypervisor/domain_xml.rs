@@ -173,7 +173,10 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
     if xen_mode.is_some() && spec.pinning.is_some() {
         return Err(DomainXmlError::Rule(SkipReason::XenQemuTuning));
     }
-    let console_log = abs_path("console_log", &spec.console_log)?;
+    let console_log = match spec.console_pty {
+        true => None,
+        false => Some(abs_path("console_log", &spec.console_log)?),
+    };
     let devices = match xen_mode {
         Some(mode) => xen_devices(&spec.disk, mode, console_log)?,
         None => qemu_devices(&spec.disk, console_log)?,
@@ -285,7 +288,7 @@ fn features(xen_mode: Option<XenMode>) -> Option<Features> {
 /// KVM/QEMU devices: the disk on virtio, serial to a file, the agent on virtio-serial.
 fn qemu_devices<'a>(
     disk: &'a DiskSpec,
-    console_log: &'a str,
+    console_log: Option<&'a str>,
 ) -> Result<Devices<'a>, DomainXmlError> {
     rules::check_disk(Hypervisor::Qemu, disk)?;
     if let DiskSource::SharedDir { socket, .. } = &disk.source {
@@ -343,7 +346,7 @@ fn qemu_devices<'a>(
 fn xen_devices<'a>(
     disk: &'a DiskSpec,
     mode: XenMode,
-    console_log: &'a str,
+    console_log: Option<&'a str>,
 ) -> Result<Devices<'a>, DomainXmlError> {
     let datapath = rules::check_disk(Hypervisor::Xen, disk)?.unwrap_or(Datapath::Qdisk);
     if disk.iotune.is_some() {
@@ -398,7 +401,7 @@ fn xen_devices<'a>(
 /// `<filesystem>` on an externally started virtiofsd's socket, serial and agent as usual.
 fn shared_dir_devices<'a>(
     socket: &'a Path,
-    console_log: &'a str,
+    console_log: Option<&'a str>,
 ) -> Result<Devices<'a>, DomainXmlError> {
     Ok(Devices {
         disk: None,
@@ -428,11 +431,12 @@ fn shared_memory_backing(source: &DiskSource) -> Option<MemoryBacking> {
     })
 }
 
-/// The serial port written to `path` (port 0, the guest's ttyS0).
-fn file_serial(path: &str) -> Serial<'_> {
+/// The serial port (port 0, the guest's ttyS0) written to `path`, or a pty on the libvirt host
+/// when there is no path (a remote host).
+fn file_serial(path: Option<&str>) -> Serial<'_> {
     Serial {
-        kind: "file",
-        source: PathSource { path },
+        kind: if path.is_some() { "file" } else { "pty" },
+        source: path.map(|path| PathSource { path }),
         target: Port { port: 0 },
     }
 }
@@ -929,7 +933,8 @@ struct Controller {
 struct Serial<'a> {
     #[serde(rename = "@type")]
     kind: &'static str,
-    source: PathSource<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<PathSource<'a>>,
     target: Port,
 }
 

@@ -42,6 +42,9 @@ pub struct DomainSpec {
     pub cmdline: String,
     /// Serial console written to this file (kept as an artifact).
     pub console_log: PathBuf,
+    /// The serial console is a pty on the libvirt host instead of `console_log`: a host that
+    /// is not this machine cannot write this machine's files.
+    pub console_pty: bool,
     /// The disk under test.
     pub disk: DiskSpec,
     /// Run id, recorded in the metadata marker.
@@ -147,6 +150,7 @@ impl DomainSpec {
             initrd: files.initrd,
             cmdline: domain_xml::kernel_cmdline(cell.hypervisor, cell.xen_mode),
             console_log: files.console_log,
+            console_pty: false,
             disk: DiskSpec::for_cell(cell, source),
             run_id: run_id.to_string(),
             cell_id: cell.id(),

@@ -13,6 +13,7 @@ pub mod kernel;
 pub mod libs;
 pub mod prune;
 pub mod recipe;
+pub mod upload;
 
 use std::collections::BTreeMap;
 use std::io::Write;

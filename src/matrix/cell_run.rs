@@ -194,6 +194,15 @@ impl CellCtx<'_, '_> {
         self.params.extend(sweep_params(self.cell, &spec));
         let xml = domain_xml::render(&spec).map_err(CellError::DomainXml)?;
         self.write("domain.xml", &xml)?;
+        if spec.console_pty {
+            // What a console tail then shows, instead of "the guest printed nothing".
+            let note = format!(
+                "(console not captured: the guest runs on libvirt host {}, where its serial \
+                 console is a pty)\n",
+                self.env.conn.uri()
+            );
+            self.write("console.log", &note)?;
+        }
         for (name, text) in &plan.steps.job_files {
             self.write(name, text)?;
         }
@@ -608,6 +617,7 @@ fn domain_spec(
     let mut spec = DomainSpec::for_cell(name, env.run_id, cell, disk.source.clone(), size, files);
     spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
     spec.disk.iotune = cfg.iotune();
+    spec.console_pty = !env.conn.is_local();
     spec
 }
 

@@ -95,6 +95,13 @@ pub struct MatrixConfig {
     /// The libvirt hosts cells run on, name = URI (`[hosts]`, `--host NAME=URI`). Empty: one
     /// host, `local`, reached with `connect`'s URIs.
     pub hosts: BTreeMap<crate::cell::HostName, String>,
+    /// vmbench's directory on a host, name = absolute path on THAT host (`[host_pool_dirs]`,
+    /// `--host-pool-dir NAME=DIR`): the run's disks go in a subdirectory (removed at the end),
+    /// the uploaded kernel and initramfs in the directory itself (kept for reuse). Default for
+    /// a remote host `/var/lib/libvirt/images/vmbench`; this machine uses the local directory
+    /// and the image cache.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_pool_dirs: BTreeMap<crate::cell::HostName, PathBuf>,
     /// Rules that drop cells: each rule is dimension = value pairs that must all match.
     pub exclude: Vec<BTreeMap<String, String>>,
     /// When non-empty, only cells matching at least one rule run.
@@ -160,6 +167,7 @@ impl Default for MatrixConfig {
             probe: true,
             connect: BTreeMap::new(),
             hosts: BTreeMap::new(),
+            host_pool_dirs: BTreeMap::new(),
             exclude: vec![],
             include: vec![],
             storage: StorageConfig::default(),
@@ -232,6 +240,27 @@ impl MatrixConfig {
             Some(uri) if hv != Hypervisor::Xen => uri.clone(),
             _ => self.uri(hv),
         }
+    }
+
+    /// Every `host_pool_dirs` entry names a host of the run and an absolute path.
+    fn check_host_pool_dirs(&self) -> Result<(), ConfigError> {
+        let hosts = self.host_names();
+        for (name, dir) in &self.host_pool_dirs {
+            if !hosts.contains(name) {
+                let valid: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+                return Err(ConfigError::Invalid(format!(
+                    "host pool dir for unknown host '{name}' (valid: {})",
+                    valid.join(", ")
+                )));
+            }
+            if !dir.is_absolute() {
+                return Err(ConfigError::Invalid(format!(
+                    "host pool dir of '{name}' must be an absolute path on that host, got '{}'",
+                    dir.display()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The I/O caps put on the disk under test, or `None` when uncapped.
@@ -324,6 +353,7 @@ impl MatrixConfig {
         for w in &self.workload {
             crate::workload::check(w)?;
         }
+        self.check_host_pool_dirs()?;
         let positive = [
             ("repeat", self.repeat.upper_bound(self.max_repeats) as u64),
             ("runtime", self.runtime as u64),
@@ -598,6 +628,28 @@ mod tests {
         assert_eq!(names, ["h2", "local"]);
         let e = parse("[hosts]\n\"Bad Name\" = \"qemu:///system\"\n").unwrap_err();
         assert!(e.contains("host name"), "{e}");
+    }
+
+    #[test]
+    fn host_pool_dirs_name_known_hosts_and_absolute_paths() {
+        let hosts = "[hosts]\nh2 = \"qemu+tcp://10.9.0.2/system\"\n";
+        let c = parse(&format!("{hosts}[host_pool_dirs]\nh2 = \"/srv/vmbench\"\n")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.host_pool_dirs[&"h2".parse().unwrap()],
+            PathBuf::from("/srv/vmbench")
+        );
+        let bad = |t: &str| {
+            parse(&format!("{hosts}[host_pool_dirs]\n{t}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("h3 = \"/srv\"");
+        assert!(e.contains("unknown host 'h3' (valid: h2)"), "{e}");
+        let e = bad("h2 = \"srv\"");
+        assert!(e.contains("absolute path on that host"), "{e}");
     }
 
     #[test]

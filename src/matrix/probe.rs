@@ -30,6 +30,9 @@ pub async fn probe(
 ) -> Result<(), String> {
     match hv {
         Hypervisor::Qemu | Hypervisor::Xen => Ok(()),
+        // /dev/kvm and the probe (this machine's image files, a scratch file disk) are about
+        // this machine: a remote host's KVM is tried by its first cell.
+        Hypervisor::Kvm if !conn.is_local() => Ok(()),
         Hypervisor::Kvm => {
             if !Path::new("/dev/kvm").exists() {
                 return Err(

@@ -134,6 +134,12 @@ struct HostRun<'a> {
     shared: &'a Shared,
     servers: &'a Mutex<Servers>,
     counters: &'a Counters,
+    /// The image as this host sees it (kernel and initramfs uploaded to a remote host), made
+    /// on the host's first cell; the error fails the host's cells.
+    image: Option<Result<ImageInfo, String>>,
+    /// The run's disk directory under the host's vmbench directory, once a cell used it
+    /// (removed when the host's cells are done).
+    disk_dir: Option<(String, PathBuf, String)>,
 }
 
 /// Cell-run numbers handed out across the hosts' loops.
@@ -375,6 +381,8 @@ impl RunCtx {
                             shared,
                             servers,
                             counters: &counters,
+                            image: None,
+                            disk_dir: None,
                         };
                         let rt = rt.clone();
                         s.spawn(move || rt.block_on(self.host_loop(on, slots)))
@@ -434,7 +442,65 @@ impl RunCtx {
                 break;
             }
         }
+        self.remove_disk_dir(&on);
         Ok(())
+    }
+
+    /// The host's side of a cell's storage: where `local` disks go on it, and vmbench's
+    /// directory there.
+    fn site<'c>(&'c self, cell: &'c Cell, uri: &'c str) -> storage::HostSite<'c> {
+        storage::HostSite {
+            name: cell.host.as_str(),
+            is_default: cell.host.is_default(),
+            uri,
+            dir: self
+                .cfg
+                .host_pool_dirs
+                .get(&cell.host)
+                .map(PathBuf::as_path),
+        }
+    }
+
+    /// The image for a cell on this host. This machine's libvirtd reads the image cache's
+    /// files directly (no copy); another host gets them uploaded once, on its first cell.
+    fn host_image(
+        &self,
+        on: &mut HostRun<'_>,
+        cell: &Cell,
+        uri: &str,
+    ) -> Result<ImageInfo, String> {
+        let site = self.site(cell, uri);
+        let Some(base) = site.base_dir().filter(|_| !site.is_local()) else {
+            return Ok(on.shared.image.clone());
+        };
+        on.image
+            .get_or_insert_with(|| {
+                on.ui.line(format!(
+                    "image: uploading kernel and initramfs to {uri} ({}) unless there",
+                    base.display()
+                ));
+                tokio::task::block_in_place(|| {
+                    crate::image::upload::ensure_on_host(uri, &base, &self.run_id, &on.shared.image)
+                })
+                .map_err(|e| format!("guest image on host {}: {e}", cell.host))
+            })
+            .clone()
+    }
+
+    /// Removes the run's disk directory on the host (it is empty once every cell tore down).
+    fn remove_disk_dir(&self, on: &HostRun<'_>) {
+        let Some((uri, base, name)) = &on.disk_dir else {
+            return;
+        };
+        let r = tokio::task::block_in_place(|| {
+            crate::image::upload::remove_run_dir(uri, base, &self.run_id, name)
+        });
+        if let Err(e) = r {
+            on.ui.line(format!(
+                "warning: removing {} on {uri}: {e}",
+                base.join(name).display()
+            ));
+        }
     }
 
     /// One cell: run it, persist its result, report it. False when a signal stopped it.
@@ -443,13 +509,18 @@ impl RunCtx {
         let host = &s.cell.host;
         let uri = self.cfg.host_uri(host, hv);
         reconnect_if_dead(&mut on.conns, hv, &uri, &self.ui, &self.run_id);
-        let result = match on.conns.get(&hv) {
-            Some(Ok(conn)) => self.run_one(conn, on, s).await,
-            Some(Err(reason)) => Some(not_run(
-                s.cell,
-                s.repeat,
-                Outcome::Unsupported(reason.clone()),
-            )),
+        // The connection is moved out for the call: `run_one` also updates the host's state.
+        let result = match on.conns.remove(&hv) {
+            Some(Ok(conn)) => {
+                let r = self.run_one(&conn, on, s).await;
+                on.conns.insert(hv, Ok(conn));
+                r
+            }
+            Some(Err(reason)) => {
+                let r = not_run(s.cell, s.repeat, Outcome::Unsupported(reason.clone()));
+                on.conns.insert(hv, Err(reason));
+                Some(r)
+            }
             None => Some(failed(s.cell, s.repeat, CellError::NoConnection)),
         };
         // A libvirtd restart during the cell left its domain out of reach of the old handle.
@@ -474,14 +545,31 @@ impl RunCtx {
 
     /// Runs one cell on its backend and tears the backend down; `None` when a signal stopped
     /// it.
-    async fn run_one(&self, conn: &Libvirt, on: &HostRun<'_>, s: &Slot<'_>) -> Option<CellResult> {
+    async fn run_one(
+        &self,
+        conn: &Libvirt,
+        on: &mut HostRun<'_>,
+        s: &Slot<'_>,
+    ) -> Option<CellResult> {
         let (cell, repeat, shared) = (s.cell, s.repeat, on.shared);
+        let image = match self.host_image(on, cell, conn.uri()) {
+            Ok(i) => i,
+            Err(r) => return Some(failed(cell, repeat, CellError::Backend(r))),
+        };
+        let site = self.site(cell, conn.uri());
+        let disks = storage::disk_place(&self.cfg.storage, &site, &shared.work, &self.run_id);
+        if let (Some(base), crate::cell::Backend::Local) = (site.base_dir(), cell.backend) {
+            let name = site.run_dir_name(&self.run_id);
+            on.disk_dir
+                .get_or_insert((conn.uri().to_string(), base, name));
+        }
         let opened = storage::open(
             &self.cfg.storage,
             cell.backend,
             cell.link,
             &mut lock(on.servers),
             &shared.work,
+            &disks,
         );
         let (mut backend, server) = match opened {
             Ok(o) => (o.backend, o.server),
@@ -501,7 +589,7 @@ impl RunCtx {
         let env = CellEnv {
             cfg: &self.cfg,
             conn,
-            image: &shared.image,
+            image: &image,
             run_id: &self.run_id,
             work_dir: &shared.work,
             ui: &on.ui,

@@ -1,5 +1,5 @@
-//! Local storage backend: a qcow2 or raw image file in a directory, made with `qemu-img create`
-//! and removed on teardown.
+//! Local storage backend: a qcow2 or raw image file in a directory of the cell's libvirt host,
+//! made as a volume of a transient libvirt `dir` pool ([`super::pool`]) and removed on teardown.
 //!
 //! Two host traps shape it: libvirt runs QEMU as `libvirt-qemu` and relabels the image but not
 //! its directories, so every directory on the path needs o+x (0711); and cache=none opens with
@@ -8,13 +8,14 @@
 //! disk's params, since an image on tmpfs benchmarks RAM.
 
 use super::cmd;
+use super::pool::{pool_prefix, DirPool, PoolError, PoolPlace, VolumePlan};
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
 use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// How much of the image `qemu-img` allocates up front.
+/// How much of the image is allocated up front (libvirt's mapping: [`super::pool`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Prealloc {
@@ -22,7 +23,8 @@ pub enum Prealloc {
     Off,
     /// qcow2 metadata only (L1/L2/refcounts); for raw, which has no metadata, this is `off`.
     Metadata,
-    /// Every byte written (zeros) at creation.
+    /// Every byte allocated at creation (libvirt fallocates: raw `<allocation>` = capacity,
+    /// qcow2 `preallocation=falloc`).
     Full,
 }
 
@@ -30,7 +32,7 @@ impl Prealloc {
     /// Every value, in display order.
     pub const ALL: &'static [Prealloc] = &[Prealloc::Off, Prealloc::Metadata, Prealloc::Full];
 
-    /// The CLI spelling (also qemu-img's `preallocation=` value).
+    /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Prealloc::Off => "off",
@@ -39,7 +41,7 @@ impl Prealloc {
         }
     }
 
-    /// What qemu-img is actually asked for with `format`: raw has no metadata mode.
+    /// What is actually asked for with `format`: raw has no metadata mode.
     pub fn effective(self, format: Format) -> Prealloc {
         match (self, format) {
             (Prealloc::Metadata, Format::Raw) => Prealloc::Off,
@@ -83,69 +85,91 @@ impl std::str::FromStr for Prealloc {
     }
 }
 
-/// Image files in a local directory.
+/// Disk images as volumes of a transient `dir` pool on the cell's libvirt host
+/// ([`super::pool`]): one code path for this machine and a remote host. On this machine the
+/// pool's directory is the local directory (the run's `work/local`, or `local_dir`), so the
+/// O_DIRECT and o+x checks apply and the image's path is the host path the baseline and
+/// `/proc/diskstats` use; on a remote host the directory is a path on that host and there is no
+/// host path here.
 #[derive(Debug)]
 pub struct LocalBackend {
-    dir: PathBuf,
+    place: PoolPlace,
+    /// The libvirt host is this machine.
+    local: bool,
     prealloc: Prealloc,
-    /// Images created and not yet removed (teardown removes them all).
-    created: Vec<PathBuf>,
+    /// The cell's pool, made by `provision`, destroyed by `teardown`.
+    pool: Option<DirPool>,
+    /// Volumes created and not yet removed (teardown removes them all).
+    created: Vec<String>,
 }
 
 impl LocalBackend {
-    /// Images go in `dir` (created 0711 if missing), with `prealloc`.
+    /// Images in `dir` of this machine's libvirtd (`qemu:///system`), with `prealloc`.
     pub fn new(dir: PathBuf, prealloc: Prealloc) -> Self {
-        LocalBackend {
+        let place = PoolPlace {
+            uri: crate::storage::chap::LIBVIRT_URI.to_string(),
             dir,
+            prefix: pool_prefix(&cmd::run_tag()),
+        };
+        LocalBackend::on_host(place, prealloc)
+    }
+
+    /// Images in `place.dir` of the libvirt host `place.uri` (a path on that host).
+    pub fn on_host(place: PoolPlace, prealloc: Prealloc) -> Self {
+        LocalBackend {
+            local: crate::hypervisor::libvirt::is_local_uri(&place.uri),
+            place,
             prealloc,
+            pool: None,
             created: Vec::new(),
         }
     }
 
-    /// The directory images are created in.
+    /// The directory images are created in (on the libvirt host).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.place.dir
     }
 
-    /// Creates the directory if needed; QEMU (user libvirt-qemu) must traverse it, hence 0711.
-    fn ensure_dir(&self) -> Result<(), StorageError> {
-        if !self.dir.exists() {
-            std::fs::create_dir_all(&self.dir).map_err(|source| StorageError::Io {
-                context: format!("creating {}", self.dir.display()),
-                source,
-            })?;
-            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o711)).map_err(
-                |source| StorageError::Io {
-                    context: format!("chmod 0711 {}", self.dir.display()),
-                    source,
-                },
-            )?;
+    /// The cell's pool, created on first use.
+    fn pool(&mut self) -> Result<&DirPool, StorageError> {
+        if self.pool.is_none() {
+            let name = format!("{}{}", self.place.prefix, cmd::unique_tag());
+            self.pool = Some(DirPool::create(&self.place.uri, &name, &self.place.dir)?);
         }
-        Ok(())
+        Ok(self.pool.as_ref().expect("set above"))
     }
-}
 
-/// The qemu-img argv that creates `path` as `format` with `prealloc`.
-pub fn plan_qemu_img_create(
-    path: &Path,
-    format: Format,
-    prealloc: Prealloc,
-    size_bytes: u64,
-) -> Vec<String> {
-    let mut argv = vec![
-        "qemu-img".to_string(),
-        "create".into(),
-        "-f".into(),
-        format.as_str().into(),
-    ];
-    let p = prealloc.effective(format);
-    if p != Prealloc::Off {
-        argv.push("-o".into());
-        argv.push(format!("preallocation={}", p.as_str()));
+    /// What the cell records about its disk.
+    fn params(&self, path: &Path, plan: &VolumePlan) -> BTreeMap<String, String> {
+        let mut params = BTreeMap::new();
+        params.insert("dir".into(), self.place.dir.display().to_string());
+        let fs = if self.local {
+            filesystem_name(&self.place.dir)
+        } else {
+            format!("unknown (on {})", self.place.uri)
+        };
+        params.insert("filesystem".into(), fs);
+        params.insert("image".into(), path.display().to_string());
+        if let Some(p) = &self.pool {
+            params.insert("pool".into(), p.name().to_string());
+        }
+        params.insert(
+            "preallocation".into(),
+            self.prealloc.effective(plan.format).to_string(),
+        );
+        params.insert("preallocation_requested".into(), self.prealloc.to_string());
+        params.extend(plan.params());
+        params
     }
-    argv.push(path.to_string_lossy().into_owned());
-    argv.push(size_bytes.to_string());
-    argv
+
+    /// Deletes the created volumes and destroys the pool through `pool`.
+    fn remove_through(pool: &mut DirPool, created: &mut Vec<String>) -> Result<(), PoolError> {
+        while let Some(name) = created.last() {
+            pool.delete_volume(name)?;
+            created.pop();
+        }
+        pool.destroy()
+    }
 }
 
 /// Why `dir` cannot hold images QEMU opens with cache=none, if it cannot: a filesystem that
@@ -214,9 +238,14 @@ pub fn filesystem_name(path: &Path) -> String {
 }
 
 impl StorageBackend for LocalBackend {
+    /// On this machine: the directory (O_DIRECT, o+x) and qemu-img (libvirt makes qcow2
+    /// volumes with it). A remote host's directory is checked by libvirt when the pool is made.
     fn check(&self) -> Result<(), Unsupported> {
+        if !self.local {
+            return Ok(());
+        }
         cmd::require_qemu_img()?;
-        match dir_problem(&self.dir) {
+        match dir_problem(&self.place.dir) {
             Some(p) => Err(Unsupported(p)),
             None => Ok(()),
         }
@@ -229,42 +258,44 @@ impl StorageBackend for LocalBackend {
         _work: &Path,
     ) -> Result<ProvisionedDisk, StorageError> {
         self.check()?;
-        self.ensure_dir()?;
-        let path = self.dir.join(super::image_name(&cmd::unique_tag(), cell));
-        let argv = plan_qemu_img_create(&path, cell.format, self.prealloc, size_bytes);
-        // Recorded before running: a half-written file is removed by teardown too.
-        self.created.push(path.clone());
-        cmd::run_plan(&[argv])?;
-        let mut params = BTreeMap::new();
-        params.insert("dir".into(), self.dir.display().to_string());
-        params.insert("filesystem".into(), filesystem_name(&self.dir));
-        params.insert("image".into(), path.display().to_string());
-        params.insert(
-            "preallocation".into(),
-            self.prealloc.effective(cell.format).to_string(),
-        );
-        params.insert("preallocation_requested".into(), self.prealloc.to_string());
+        let name = super::image_name(&cmd::unique_tag(), cell);
+        let plan = VolumePlan::new(&name, cell.format, self.prealloc, size_bytes);
+        // Recorded before creating: a half-made volume is removed by teardown too.
+        self.created.push(name);
+        let path = self.pool()?.create_volume(&plan)?;
         Ok(ProvisionedDisk {
             source: DiskSource::File { path: path.clone() },
             format: cell.format,
             size_bytes,
-            host_path: Some(path),
-            params,
+            params: self.params(&path, &plan),
+            host_path: self.local.then_some(path),
         })
     }
 
+    /// Volumes deleted, pool destroyed. When the pool's connection is dead (libvirtd restarted:
+    /// the transient pool is gone, the files are not), a fresh pool on the same directory
+    /// finds the files again and removes them.
     fn teardown(&mut self) -> Result<(), StorageError> {
-        while let Some(path) = self.created.pop() {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    let context = format!("removing {}", path.display());
-                    self.created.push(path);
-                    return Err(StorageError::Io { context, source });
-                }
-            }
+        let first = match self.pool.as_mut() {
+            Some(pool) => Self::remove_through(pool, &mut self.created),
+            None if self.created.is_empty() => return Ok(()),
+            None => Err(PoolError::Invalid {
+                what: "pool",
+                value: self.place.dir.display().to_string(),
+                why: "was never made",
+            }),
+        };
+        if first.is_ok() {
+            self.pool = None;
+            return Ok(());
         }
+        self.pool = None;
+        if self.created.is_empty() {
+            return Ok(());
+        }
+        let name = format!("{}{}", self.place.prefix, cmd::unique_tag());
+        let mut again = DirPool::create(&self.place.uri, &name, &self.place.dir)?;
+        Self::remove_through(&mut again, &mut self.created)?;
         Ok(())
     }
 }
@@ -289,18 +320,6 @@ mod tests {
             e,
             "unknown preallocation 'falloc' (valid: off, metadata, full)"
         );
-    }
-
-    #[test]
-    fn raw_has_no_metadata_preallocation() {
-        let p = Path::new("/var/tmp/x.raw");
-        let argv = plan_qemu_img_create(p, Format::Raw, Prealloc::Metadata, 1024);
-        assert_eq!(
-            argv,
-            ["qemu-img", "create", "-f", "raw", "/var/tmp/x.raw", "1024"]
-        );
-        let argv = plan_qemu_img_create(p, Format::Qcow2, Prealloc::Full, 1024);
-        assert!(argv.contains(&"preallocation=full".to_string()), "{argv:?}");
     }
 
     #[test]

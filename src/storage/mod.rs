@@ -23,6 +23,7 @@ pub mod lvm;
 pub mod netns;
 pub mod nfs;
 pub mod options;
+pub mod pool;
 pub mod servers;
 #[doc(hidden)]
 pub mod testutil;
@@ -62,6 +63,9 @@ pub enum StorageError {
     /// The backend is not possible on this host.
     #[error("unsupported on this host: {0}")]
     Unsupported(#[from] Unsupported),
+    /// A libvirt storage pool or volume call failed.
+    #[error(transparent)]
+    Pool(#[from] pool::PoolError),
     /// Filesystem or process I/O.
     #[error("{context}: {source}")]
     Io {
@@ -185,21 +189,28 @@ pub struct Opened {
 }
 
 /// Builds `backend` from the configuration, starting its embedded server on first use. `work` is
-/// the run's work directory (local images go to `work/local` unless `local_dir` is set).
+/// the run's work directory; `disks` is where `local` images go on the cell's libvirt host
+/// ([`disk_place`]).
 pub fn open(
     opts: &StorageConfig,
     backend: Backend,
     link: crate::cell::Link,
     servers: &mut Servers,
     work: &Path,
+    disks: &pool::PoolPlace,
 ) -> Result<Opened, OpenError> {
     let plain = |b: Box<dyn StorageBackend>| Opened {
         backend: b,
         server: None,
     };
+    if let Some(why) = local_only(backend, &disks.uri) {
+        return Err(OpenError::Unsupported(format!(
+            "unsupported on this host: {why}"
+        )));
+    }
     Ok(match backend {
-        Backend::Local => plain(Box::new(local::LocalBackend::new(
-            local_dir(opts, work),
+        Backend::Local => plain(Box::new(local::LocalBackend::on_host(
+            disks.clone(),
             opts.prealloc.unwrap_or(local::Prealloc::Off),
         ))),
         Backend::Nfs => match (&opts.nfs_mount, &opts.nfs) {
@@ -245,6 +256,29 @@ pub fn open(
         ))),
         Backend::Hostdir => open_hostdir(opts, work, &servers.log_dir(hostdir::NAME))?,
     })
+}
+
+/// Why `backend` cannot serve a cell on the libvirt host `uri` when that host is not this
+/// machine: these backends act on this machine (lvm2 commands, the block device's checks,
+/// virtiofsd), so on a remote host they would make or check the wrong disk. A `logical` pool
+/// and a device named on the target host are the way there (issue 14), not implemented yet.
+pub fn local_only(backend: Backend, uri: &str) -> Option<String> {
+    if crate::hypervisor::libvirt::is_local_uri(uri) {
+        return None;
+    }
+    let why = match backend {
+        Backend::Lvm => {
+            "lvm cells run on this machine only (LVM on a remote host would need a \
+                         libvirt logical pool there, not implemented yet)"
+        }
+        Backend::Block => {
+            "block cells run on this machine only (the device's safety checks \
+                           run here; a device on a remote host is not implemented yet)"
+        }
+        Backend::Hostdir => "hostdir cells run on this machine only (virtiofsd runs here)",
+        Backend::Local | Backend::Nfs | Backend::Iscsi => return None,
+    };
+    Some(format!("{why}; host {uri}"))
 }
 
 /// The hostdir backend: its virtiofsd runs from here on, so the cell watches and measures it
@@ -309,6 +343,65 @@ fn planned_chap(file: &Path) -> NetAuth {
 
 fn local_dir(opts: &StorageConfig, work: &Path) -> PathBuf {
     opts.local_dir.clone().unwrap_or_else(|| work.join("local"))
+}
+
+/// A libvirt host as the storage layer sees it: its name in the matrix, its URI, and vmbench's
+/// directory there when the configuration names one (`--host-pool-dir NAME=DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSite<'a> {
+    /// The host's name (the cell's host dimension).
+    pub name: &'a str,
+    /// Whether it is the default host.
+    pub is_default: bool,
+    /// Its libvirt URI.
+    pub uri: &'a str,
+    /// vmbench's directory on it, if configured.
+    pub dir: Option<&'a Path>,
+}
+
+impl HostSite<'_> {
+    /// The libvirt host is this machine (the URI names no host).
+    pub fn is_local(&self) -> bool {
+        crate::hypervisor::libvirt::is_local_uri(self.uri)
+    }
+
+    /// vmbench's directory on the host, when disks and uploads go under one: the configured one,
+    /// else [`pool::DEFAULT_HOST_DIR`] on a remote host; `None` on this machine without one (the
+    /// local directory and the image cache are used directly).
+    pub fn base_dir(&self) -> Option<PathBuf> {
+        match (self.dir, self.is_local()) {
+            (Some(d), _) => Some(d.to_path_buf()),
+            (None, false) => Some(PathBuf::from(pool::DEFAULT_HOST_DIR)),
+            (None, true) => None,
+        }
+    }
+
+    /// The name of the run's disk directory under [`HostSite::base_dir`].
+    pub fn run_dir_name(&self, run_id: &str) -> String {
+        format!("vmbench-{run_id}-{}", self.name)
+    }
+}
+
+/// Where a host's `local` disks go: under its [`HostSite::base_dir`] in a directory of the run
+/// (removed at the end of the run); on this machine without one, the local directory (the
+/// default host) or a subdirectory per named host (two names may reach the same libvirtd, and
+/// two pools cannot share a directory).
+pub fn disk_place(
+    opts: &StorageConfig,
+    site: &HostSite<'_>,
+    work: &Path,
+    run_id: &str,
+) -> pool::PoolPlace {
+    let dir = match site.base_dir() {
+        Some(base) => base.join(site.run_dir_name(run_id)),
+        None if site.is_default => local_dir(opts, work),
+        None => local_dir(opts, work).join(format!("host-{}", site.name)),
+    };
+    pool::PoolPlace {
+        uri: site.uri.to_string(),
+        dir,
+        prefix: pool::pool_prefix(run_id),
+    }
 }
 
 /// The name of a cell's image file; `tag` makes it unique (a reused name on NFS can be ESTALE).
@@ -389,6 +482,61 @@ mod plan_tests {
             Path::new("/R/work"),
             Path::new("/R/servers"),
         )
+    }
+
+    #[test]
+    fn backends_that_act_on_this_machine_refuse_a_remote_host() {
+        let remote = "qemu+tcp://169.254.10.2/system";
+        for b in [Backend::Lvm, Backend::Block, Backend::Hostdir] {
+            let why = local_only(b, remote).unwrap_or_default();
+            assert!(
+                why.contains("this machine only") && why.contains(remote),
+                "{b}: {why}"
+            );
+            assert_eq!(local_only(b, "qemu:///system"), None);
+        }
+        for b in [Backend::Local, Backend::Nfs, Backend::Iscsi] {
+            assert_eq!(local_only(b, remote), None, "{b}");
+        }
+    }
+
+    #[test]
+    fn disks_go_to_the_local_dir_here_and_under_the_hosts_dir_elsewhere() {
+        let o = StorageConfig::default();
+        let work = Path::new("/R/work");
+        let site = |name, is_default, uri, dir| HostSite {
+            name,
+            is_default,
+            uri,
+            dir,
+        };
+        let here = disk_place(&o, &site("local", true, "qemu:///system", None), work, "R1");
+        assert_eq!(here.dir, Path::new("/R/work/local"));
+        assert_eq!(here.prefix, "vmbench-R1-");
+        let named = disk_place(
+            &o,
+            &site("h1", false, "qemu+unix:///system", None),
+            work,
+            "R1",
+        );
+        assert_eq!(named.dir, Path::new("/R/work/local/host-h1"));
+        let remote = site("h2", false, "qemu+tcp://10.0.0.2/system", None);
+        assert_eq!(
+            disk_place(&o, &remote, work, "R1").dir,
+            Path::new("/var/lib/libvirt/images/vmbench/vmbench-R1-h2")
+        );
+        let mine = site(
+            "h2",
+            false,
+            "qemu+tcp://10.0.0.2/system",
+            Some(Path::new("/srv/vb")),
+        );
+        assert_eq!(
+            disk_place(&o, &mine, work, "R1").dir,
+            Path::new("/srv/vb/vmbench-R1-h2")
+        );
+        assert_eq!(mine.base_dir(), Some(PathBuf::from("/srv/vb")));
+        assert_eq!(site("local", true, "qemu:///system", None).base_dir(), None);
     }
 
     #[test]

@@ -109,6 +109,12 @@ impl Scratch {
             .filter(|l| ids.iter().any(|id| l.contains(id.as_str())))
             .collect();
         assert!(ours.is_empty(), "domains left: {ours:?}");
+        let pools = virsh(&["pool-list", "--all", "--name"]);
+        let ours: Vec<&str> = pools
+            .lines()
+            .filter(|l| ids.iter().any(|id| l.contains(id.as_str())))
+            .collect();
+        assert!(ours.is_empty(), "storage pools left: {ours:?}");
         if self.work().exists() {
             let left: Vec<_> = std::fs::read_dir(self.work()).unwrap().collect();
             assert!(left.is_empty(), "work dir not empty: {left:?}");
