@@ -346,7 +346,10 @@ fn host2_libvirtd_killed_mid_cell_fails_only_host2s_cell() {
     assert!(out.status.success(), "vmbench cleanup on host2");
     h2.assert_empty();
     let left = h2.run_files(&rec.run_id);
-    assert!(left.is_empty(), "left on host2 after vmbench cleanup: {left}");
+    assert!(
+        left.is_empty(),
+        "left on host2 after vmbench cleanup: {left}"
+    );
     // Stopping host2 leaves no process of its namespaces (the script checks and fails if so).
     h2.stop();
 }
