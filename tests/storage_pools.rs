@@ -53,7 +53,7 @@ fn qemu_info(p: &Path) -> (String, u64, u64) {
 }
 
 #[test]
-#[ignore = "host: root libvirtd qemu"]
+#[ignore = "host: root libvirtd qemu e2fsprogs"]
 fn volumes_with_each_format_and_preallocation_through_libvirt() {
     let dir = scratch("vmbench-pools");
     let images = dir.path().join("local");
@@ -89,11 +89,24 @@ fn volumes_with_each_format_and_preallocation_through_libvirt() {
             let expect = match (p.effective(fmt), fmt) {
                 (Prealloc::Off, _) => "sparse",
                 (Prealloc::Metadata, _) => "metadata",
+                (Prealloc::Full, Format::Raw) => "zeroed",
                 (Prealloc::Full, _) => "falloc",
             };
             assert_eq!(method, expect, "{p}/{fmt}");
             match expect {
                 "falloc" => assert!(actual >= size, "{p}/{fmt}: {actual}"),
+                // qemu-img's full: every extent written, none merely reserved by fallocate.
+                "zeroed" => {
+                    assert!(actual >= size, "{p}/{fmt}: {actual}");
+                    let frag = std::process::Command::new("filefrag")
+                        .arg("-v")
+                        .arg(path)
+                        .output()
+                        .unwrap();
+                    let text = String::from_utf8_lossy(&frag.stdout);
+                    assert!(frag.status.success() && text.contains("extent"), "{text}");
+                    assert!(!text.contains("unwritten"), "{p}/{fmt}: {text}");
+                }
                 "sparse" => assert!(actual < MIB, "{p}/{fmt}: {actual}"),
                 // L2 tables and refcounts written, the file as long as the disk, no data.
                 _ => {
@@ -104,7 +117,12 @@ fn volumes_with_each_format_and_preallocation_through_libvirt() {
             assert_eq!(d.params["preallocation"], p.effective(fmt).as_str());
             assert_eq!(
                 d.params["libvirt_allocation"],
-                if expect == "falloc" { size } else { 0 }.to_string()
+                if matches!(expect, "falloc" | "zeroed") {
+                    size
+                } else {
+                    0
+                }
+                .to_string()
             );
             assert!(
                 d.params["pool"].starts_with(&place.prefix),

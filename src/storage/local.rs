@@ -23,8 +23,8 @@ pub enum Prealloc {
     Off,
     /// qcow2 metadata only (L1/L2/refcounts); for raw, which has no metadata, this is `off`.
     Metadata,
-    /// Every byte allocated at creation (libvirt fallocates: raw `<allocation>` = capacity,
-    /// qcow2 `preallocation=falloc`).
+    /// Every byte allocated at creation: raw is fallocated, then zeros are written over it (as
+    /// qemu-img's `full`); qcow2 gets `preallocation=falloc`, the most libvirt can ask for.
     Full,
 }
 

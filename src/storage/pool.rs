@@ -23,8 +23,10 @@
 //!   qemu-img gets `preallocation=metadata` when the allocation is below the capacity and
 //!   `preallocation=falloc` when it equals it. libvirt cannot ask for qemu-img's `full`.
 //!
-//! So `full` is `fallocate`d (unwritten extents) where qemu-img used to write zeros; the cell's
-//! params record what libvirt was asked for ([`VolumePlan::params`]).
+//! So raw `full` is made as qemu-img made it: `fallocate`d, then zeros written over it with
+//! `virStorageVolWipe` (see [`VolumePlan::zero_fill`]); qcow2 `full` is `falloc` (unwritten
+//! extents), the closest libvirt can ask for. The cell's params record what libvirt was asked
+//! for ([`VolumePlan::params`]).
 
 use super::local::Prealloc;
 use crate::cell::Format;
@@ -249,6 +251,12 @@ pub struct VolumePlan {
     pub allocation: u64,
     /// Whether `VIR_STORAGE_VOL_CREATE_PREALLOC_METADATA` is passed.
     pub prealloc_flag: bool,
+    /// Whether zeros are written over the whole volume after it is made (`virStorageVolWipe`,
+    /// zero algorithm): raw `full`. libvirt's `fallocate` leaves unwritten extents, whose first
+    /// write converts them (a metadata update per extent), so a benchmark of a `full` image
+    /// would measure that conversion; qemu-img's `full`, which vmbench's `full` means, writes
+    /// zeros. A qcow2 cannot be wiped (the header would go), so qcow2 `full` stays `falloc`.
+    pub zero_fill: bool,
 }
 
 impl VolumePlan {
@@ -261,6 +269,7 @@ impl VolumePlan {
             capacity,
             allocation: if p == Prealloc::Full { capacity } else { 0 },
             prealloc_flag: format == Format::Qcow2 && p != Prealloc::Off,
+            zero_fill: format == Format::Raw && p == Prealloc::Full,
         }
     }
 
@@ -296,13 +305,15 @@ impl VolumePlan {
         }
     }
 
-    /// What libvirt does with it: `sparse`, `metadata` (qemu-img preallocation=metadata) or
-    /// `falloc` (fallocate, or qemu-img preallocation=falloc).
+    /// What libvirt does with it: `sparse`, `metadata` (qemu-img preallocation=metadata),
+    /// `falloc` (fallocate, or qemu-img preallocation=falloc) or `zeroed` (fallocate, then
+    /// zeros written: qemu-img's `full`).
     pub fn method(&self) -> &'static str {
-        match (self.allocation > 0, self.prealloc_flag) {
-            (false, false) => "sparse",
-            (false, true) => "metadata",
-            (true, _) => "falloc",
+        match (self.allocation > 0, self.prealloc_flag, self.zero_fill) {
+            (_, _, true) => "zeroed",
+            (false, false, _) => "sparse",
+            (false, true, _) => "metadata",
+            (true, _, _) => "falloc",
         }
     }
 
@@ -468,6 +479,16 @@ impl DirPool {
         let uri = &self.conn.uri;
         let vol = StorageVol::create_xml(self.pool()?, &xml, plan.flags())
             .map_err(call_err(uri, format!("create volume {}", plan.name)))?;
+        if plan.zero_fill {
+            if let Err(e) = vol.wipe_pattern(sys::VIR_STORAGE_VOL_WIPE_ALG_ZERO, 0) {
+                // Not left half-made: the caller only tears down volumes it was given.
+                let _ = vol.delete(0);
+                return Err(call_err(
+                    uri,
+                    format!("write zeros over volume {}", plan.name),
+                )(e));
+            }
+        }
         vol.get_path()
             .map(PathBuf::from)
             .map_err(call_err(uri, format!("path of volume {}", plan.name)))
@@ -698,7 +719,7 @@ mod tests {
         let cases = [
             (Format::Raw, Prealloc::Off, 0, false, "sparse"),
             (Format::Raw, Prealloc::Metadata, 0, false, "sparse"),
-            (Format::Raw, Prealloc::Full, cap, false, "falloc"),
+            (Format::Raw, Prealloc::Full, cap, false, "zeroed"),
             (Format::Qcow2, Prealloc::Off, 0, false, "sparse"),
             (Format::Qcow2, Prealloc::Metadata, 0, true, "metadata"),
             (Format::Qcow2, Prealloc::Full, cap, true, "falloc"),
@@ -711,6 +732,7 @@ mod tests {
                 "{fmt}/{p}"
             );
             assert_eq!(v.flags() != 0, flag);
+            assert_eq!(v.zero_fill, method == "zeroed", "{fmt}/{p}");
         }
     }
 
