@@ -221,7 +221,12 @@ fn xml_attr<'a>(xml: &'a str, attr: &str) -> &'a str {
 fn iscsi_needs_the_per_run_chap_secret() {
     let s = Scratch::new();
     let mut seen: Option<(String, String)> = None;
+    // Every argv from vmbench's start until the measured job: tgtd's start, the CHAP account,
+    // the libvirt secret, the domain. Stopped before this test's own iscsi-inq with the secret.
+    let mut recorder = Some(common::argv::ArgvRecorder::start());
+    let mut argvs = Vec::new();
     let code = matrix_with(&s, &["--backend", "iscsi", "--format", "raw"], |run| {
+        argvs = recorder.take().unwrap().stop();
         let xml_file = files_under(run)
             .into_iter()
             .find(|p| p.ends_with("domain.xml"))
@@ -268,6 +273,27 @@ fn iscsi_needs_the_per_run_chap_secret() {
     assert_eq!(rec.cells.len(), 1);
     assert_real_randrw(&rec.cells[0]);
     let (secret, usage) = seen.unwrap();
+    // The account is made over tgtd's control socket: no command line held the secret, while
+    // the recorder did see tgtd and the short-lived tgtadm calls around it.
+    let leaks: Vec<String> = argvs
+        .iter()
+        .filter(|a| a.carries(&secret))
+        .map(|a| format!("{}: {}", a.comm, a.line()))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "the CHAP secret was on a command line: {leaks:?}"
+    );
+    let tgtadm_calls = argvs.iter().filter(|a| a.comm == "tgtadm").count();
+    eprintln!(
+        "argv recorder: {} command lines, {tgtadm_calls} tgtadm",
+        argvs.len()
+    );
+    assert!(
+        argvs.iter().any(|a| a.comm == "tgtd"),
+        "the recorder never saw tgtd"
+    );
+    assert!(tgtadm_calls >= 1, "the recorder saw no tgtadm call");
     // Nowhere in the run directory (run.json, config.json, domain.xml, logs) nor in the output.
     let mut looked = files_under(&run);
     looked.push(s.dir.path().join("vmbench.out"));
