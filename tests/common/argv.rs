@@ -74,3 +74,67 @@ impl ArgvRecorder {
         self.thread.join().unwrap().into_iter().collect()
     }
 }
+
+/// Logs every call of some programs exactly, unlike the polling [`ArgvRecorder`]: a directory of
+/// shims, put first on the `PATH` of the process under test, each appending its argv to a log
+/// and then exec'ing the real program. vmbench starts its helpers by name through `PATH`.
+pub struct ExecLog {
+    dir: tempfile::TempDir,
+}
+
+impl ExecLog {
+    /// Shims for each of `programs` found on `PATH`.
+    pub fn new(programs: &[&str]) -> ExecLog {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("vmbench-execlog-")
+            .tempdir()
+            .unwrap();
+        let log = dir.path().join("log");
+        for p in programs {
+            let out = std::process::Command::new("sh")
+                .args(["-c", "command -v \"$1\"", "sh", p])
+                .output()
+                .unwrap();
+            let real = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            assert!(!real.is_empty(), "{p} not on PATH");
+            let shim = dir.path().join("bin").join(p);
+            std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
+            std::fs::write(
+                &shim,
+                format!(
+                    "#!/bin/sh\nprintf '%s\\0' {p} \"$@\" >> '{}'\nprintf '\\n' >> '{}'\nexec '{real}' \"$@\"\n",
+                    log.display(),
+                    log.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        ExecLog { dir }
+    }
+
+    /// `PATH` with the shims first.
+    pub fn path_env(&self) -> String {
+        format!(
+            "{}:{}",
+            self.dir.path().join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    /// Every logged call as a [`Seen`] (comm = the program).
+    pub fn calls(&self) -> Vec<Seen> {
+        let text = std::fs::read(self.dir.path().join("log")).unwrap_or_default();
+        text.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let comm = l.split(|b| *b == 0).next().unwrap_or_default();
+                Seen {
+                    comm: String::from_utf8_lossy(comm).into_owned(),
+                    argv: l.to_vec(),
+                }
+            })
+            .collect()
+    }
+}
