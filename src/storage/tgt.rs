@@ -2,7 +2,8 @@
 //! network namespace ([`super::netns`]) with its portal on the namespace's address and its
 //! targets bound to the host end of the link, with its own management control port (`-C N`, socket
 //! `/var/run/tgtd/socket.N`) so that a system tgtd or another vmbench run does not collide.
-//! Every `tgtadm` call passes the same `-C N`.
+//! Every `tgtadm` call passes the same `-C N`. The CHAP account alone is created by speaking
+//! that socket's protocol directly ([`super::tgt_ipc`]), so its secret is on no command line.
 //!
 //! Every target requires CHAP with one random per-run account ([`super::chap`]); QEMU gets the
 //! secret through a libvirt secret that lives as long as this tgtd. The initiator ACL is the
