@@ -16,14 +16,16 @@ use vmbench::storage::NetAuth;
 const USER: &str = "ipc-probe";
 const MIB: u64 = 1024 * 1024;
 
-fn iscsi_inq(url: &str) -> bool {
+/// `iscsi-inq URL`: `Ok(())` when it logged in, else its stderr.
+fn iscsi_inq(url: &str) -> Result<(), String> {
     let o = Command::new("iscsi-inq").arg(url).output().unwrap();
-    eprintln!(
-        "iscsi-inq: {}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o.status.success()
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    eprintln!("iscsi-inq: {}\n{err}", o.status);
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(err)
+    }
 }
 
 #[test]
@@ -107,15 +109,17 @@ fn chap_account_made_over_the_control_socket_logs_in_and_stays_off_argv() {
     ]);
     let url = t.url_for(&iqn, 1);
     let with = |cred: &str| url.replacen("iscsi://", &format!("iscsi://{cred}@"), 1);
-    assert!(
-        iscsi_inq(&with(&format!("{USER}%{secret}"))),
-        "login with the IPC account"
-    );
-    assert!(
-        !iscsi_inq(&with(&format!("{USER}%wrong-secret-0123"))),
-        "wrong secret got in"
-    );
-    assert!(!iscsi_inq(&url), "got in without CHAP");
+    iscsi_inq(&with(&format!("{USER}%{secret}"))).expect("login with the IPC account");
+    // Refused by CHAP itself, not by the network or the ACL.
+    for cred in [
+        format!("{USER}%wrong-secret-0123"),
+        format!("{run_user}%wrong-secret-0123"),
+    ] {
+        let why = iscsi_inq(&with(&cred)).expect_err("a wrong secret got in");
+        assert!(why.contains("Authentication failure"), "{why}");
+    }
+    let why = iscsi_inq(&url).expect_err("got in without CHAP");
+    assert!(why.contains("Authentication failure"), "{why}");
     t.stop();
     assert!(
         !socket.exists(),
