@@ -13,8 +13,12 @@ const EXPORT_UID: u32 = vmbench::storage::ganesha::EXPORT_UID;
 /// Runs `vmbench matrix ARGS`; once the first cell's measured job runs, calls `during` with the
 /// run directory. Returns the exit code.
 fn matrix_with(s: &Scratch, args: &[&str], during: impl FnOnce(&Path)) -> Option<i32> {
-    let mut child = s
-        .matrix_cmd(args)
+    run_matrix(s, s.matrix_cmd(args), during)
+}
+
+/// [`matrix_with`] for a prepared `vmbench matrix` command.
+fn run_matrix(s: &Scratch, mut cmd: Command, during: impl FnOnce(&Path)) -> Option<i32> {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -221,7 +225,17 @@ fn xml_attr<'a>(xml: &'a str, attr: &str) -> &'a str {
 fn iscsi_needs_the_per_run_chap_secret() {
     let s = Scratch::new();
     let mut seen: Option<(String, String)> = None;
-    let code = matrix_with(&s, &["--backend", "iscsi", "--format", "raw"], |run| {
+    // Every argv from vmbench's start until the measured job: tgtd's start, the CHAP account,
+    // the libvirt secret, the domain. Stopped before this test's own iscsi-inq with the secret.
+    let mut recorder = Some(common::argv::ArgvRecorder::start());
+    let mut argvs = Vec::new();
+    // And exactly every call of the helpers that took credentials before (the recorder polls
+    // and can miss a tgtadm that lives a few ms).
+    let exec_log = common::argv::ExecLog::new(&["tgtadm", "qemu-img", "qemu-io"]);
+    let mut cmd = s.matrix_cmd(&["--backend", "iscsi", "--format", "raw"]);
+    cmd.env("PATH", exec_log.path_env());
+    let code = run_matrix(&s, cmd, |run| {
+        argvs = recorder.take().unwrap().stop();
         let xml_file = files_under(run)
             .into_iter()
             .find(|p| p.ends_with("domain.xml"))
@@ -268,6 +282,39 @@ fn iscsi_needs_the_per_run_chap_secret() {
     assert_eq!(rec.cells.len(), 1);
     assert_real_randrw(&rec.cells[0]);
     let (secret, usage) = seen.unwrap();
+    // The account is made over tgtd's control socket: no command line held the secret, while
+    // the recorder did see tgtd and the short-lived tgtadm calls around it.
+    let leaks: Vec<String> = argvs
+        .iter()
+        .filter(|a| a.carries(&secret))
+        .map(|a| format!("{}: {}", a.comm, a.line()))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "the CHAP secret was on a command line: {leaks:?}"
+    );
+    assert!(
+        argvs.iter().any(|a| a.comm == "tgtd"),
+        "the recorder never saw tgtd"
+    );
+    let calls = exec_log.calls();
+    let leaks: Vec<String> = calls
+        .iter()
+        .filter(|a| a.carries(&secret))
+        .map(|a| a.line())
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "the CHAP secret was in a helper's argv: {leaks:?}"
+    );
+    let tgtadm_calls = calls.iter().filter(|a| a.comm == "tgtadm").count();
+    eprintln!(
+        "argv: {} command lines polled, {} helper calls logged ({tgtadm_calls} tgtadm)",
+        argvs.len(),
+        calls.len()
+    );
+    // tgtd's start probe, the target, its LUN, ACL and account binding, and the teardown.
+    assert!(tgtadm_calls >= 5, "only {tgtadm_calls} tgtadm calls logged");
     // Nowhere in the run directory (run.json, config.json, domain.xml, logs) nor in the output.
     let mut looked = files_under(&run);
     looked.push(s.dir.path().join("vmbench.out"));

@@ -28,6 +28,7 @@ pub mod servers;
 #[doc(hidden)]
 pub mod testutil;
 pub mod tgt;
+pub mod tgt_ipc;
 
 /// Why a backend cannot run on this host (reported as "unsupported on this host: REASON").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,7 +2,8 @@
 //! network namespace ([`super::netns`]) with its portal on the namespace's address and its
 //! targets bound to the host end of the link, with its own management control port (`-C N`, socket
 //! `/var/run/tgtd/socket.N`) so that a system tgtd or another vmbench run does not collide.
-//! Every `tgtadm` call passes the same `-C N`.
+//! Every `tgtadm` call passes the same `-C N`. The CHAP account alone is created by speaking
+//! that socket's protocol directly ([`super::tgt_ipc`]), so its secret is on no command line.
 //!
 //! Every target requires CHAP with one random per-run account ([`super::chap`]); QEMU gets the
 //! secret through a libvirt secret that lives as long as this tgtd. The initiator ACL is the
@@ -94,38 +95,20 @@ impl Tgt {
         Ok(t)
     }
 
-    /// Creates the CHAP account in tgtd. tgtadm takes the secret as an argument (it has no
-    /// other way), so it is visible in this short-lived process's command line; a failure is
-    /// reported without it.
+    /// Creates the CHAP account in tgtd over its control socket ([`super::tgt_ipc`]), not with
+    /// `tgtadm --password`, whose argv any local user could read; a failure names the step and
+    /// the user, never the secret.
     fn add_account(&self) -> Result<(), StorageError> {
-        let port = self.ctl_port.to_string();
-        let args = [
-            "-C",
-            &port,
-            "--lld",
-            "iscsi",
-            "--op",
-            "new",
-            "--mode",
-            "account",
-            "--user",
-            self.chap.username(),
-            "--password",
-            self.chap.secret(),
-        ];
-        cmd::run("tgtadm", &args).map(drop).map_err(|e| {
-            let detail = match e {
-                StorageError::Command { detail, .. } => detail,
-                other => other.to_string(),
-            };
-            StorageError::Command {
-                command: format!(
-                    "tgtadm -C {port} --op new --mode account --user {} --password (hidden)",
-                    self.chap.username()
-                ),
-                detail,
-            }
-        })
+        let socket = super::tgt_ipc::socket_path(self.ctl_port);
+        super::tgt_ipc::new_account(&socket, self.chap.username(), self.chap.secret()).map_err(
+            |e| {
+                self.failure(format!(
+                    "creating CHAP account {} over {}: {e}",
+                    self.chap.username(),
+                    socket.display()
+                ))
+            },
+        )
     }
 
     /// Defines the libvirt secret QEMU logs in with, and records its usage name (not its value)

@@ -2,6 +2,8 @@
 //! real libvirtd, QEMU (TCG), nfs-ganesha and tgt, and check that nothing is left behind.
 #![allow(dead_code)]
 
+pub mod argv;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use vmbench::results::{CellResult, Outcome, RunRecord};
