@@ -341,10 +341,19 @@ impl Drop for Tgt {
 
 /// A control port whose socket does not exist yet, starting from a pid-derived number so two
 /// runs rarely probe the same one.
+/// tgtd and tgtadm refuse a control port (`-C`) above this ("out of range").
+const MAX_CONTROL_PORT: u32 = 32767;
+const MIN_CONTROL_PORT: u32 = 1000;
+
+/// The control ports tried for process `pid`, in order: 2000 of them from a pid-derived start,
+/// wrapping inside tgt's valid range, so concurrent runs rarely probe the same ones.
+fn control_port_candidates(pid: u32) -> impl Iterator<Item = u16> {
+    let span = MAX_CONTROL_PORT - MIN_CONTROL_PORT + 1;
+    (0..2000u32).map(move |i| (MIN_CONTROL_PORT + (pid % span + i) % span) as u16)
+}
+
 fn free_control_port() -> Result<u16, StorageError> {
-    let base = 1000 + (std::process::id() % 30000) as u16;
-    (0..2000u16)
-        .map(|i| base + i)
+    control_port_candidates(std::process::id())
         .find(|p| !Path::new(&format!("{SOCKET_DIR}/socket.{p}")).exists())
         .ok_or_else(|| {
             StorageError::Invalid(format!("no free tgtd control port under {SOCKET_DIR}"))
@@ -425,6 +434,31 @@ fn parse_targets(show: &str) -> Vec<(u32, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// tgtd refuses `-C` above 32767: no pid may lead to such a port (47123 was seen).
+    #[test]
+    fn control_ports_stay_in_tgts_range() {
+        for pid in [
+            0,
+            1,
+            29_767,
+            29_999,
+            31_767,
+            31_768,
+            46_123,
+            4_194_303,
+            u32::MAX,
+        ] {
+            let ports: Vec<u16> = control_port_candidates(pid).collect();
+            assert_eq!(ports.len(), 2000);
+            assert!(
+                ports.iter().all(|&p| (1000..=32767).contains(&p)),
+                "pid {pid}"
+            );
+            let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+            assert_eq!(distinct.len(), 2000, "pid {pid}");
+        }
+    }
 
     #[test]
     fn parses_tgtadm_show() {
