@@ -5,7 +5,8 @@
 //! h2's vmbench directory through the connection, the disks are volumes of a pool there, the
 //! serial console is a pty, and the domain XML names no path of the run, its work directory or
 //! the image cache. (The proof that nothing needs this machine's filesystem, with a second
-//! libvirtd in its own mount namespace, is tests/host2*.rs.)
+//! libvirtd in its own mount namespace, is tests/host2*.rs.) Also: `vmbench cleanup` after a
+//! `kill -9` destroys the run's pool and its disk volume.
 
 mod common;
 use common::*;
@@ -119,4 +120,69 @@ fn a_remote_hosts_cells_get_uploaded_images_and_pool_disks_on_that_host() {
         .collect();
     assert_eq!(after, mtimes, "the image was uploaded again");
     again.assert_no_leftovers();
+}
+
+/// The pools of run `run_id` that libvirt has.
+fn run_pools(run_id: &str) -> Vec<String> {
+    virsh(&["pool-list", "--all", "--name"])
+        .lines()
+        .filter(|l| l.starts_with(&format!("vmbench-{run_id}-")))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+#[ignore = "host: root libvirtd qemu"]
+fn cleanup_after_kill_9_destroys_the_runs_pool_and_its_disk() {
+    use std::time::{Duration, Instant};
+    let s = Scratch::new();
+    let mut child = s
+        .matrix_cmd(&[
+            "--hypervisor",
+            "qemu",
+            "--backend",
+            "local",
+            "--format",
+            "qcow2",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the cell's pool exists (its disk is made right after).
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (run_id, pool) = loop {
+        let ids = s.run_ids();
+        if let Some(p) = ids.first().and_then(|id| run_pools(id).pop()) {
+            break (ids[0].clone(), p);
+        }
+        assert!(Instant::now() < deadline, "no pool appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let disks: Vec<PathBuf> = files_in(&s.work().join(&run_id).join("local"))
+        .into_iter()
+        .filter(|p| p.is_file())
+        .collect();
+    assert_eq!(disks.len(), 1, "the cell's disk: {disks:?}");
+    assert_eq!(run_pools(&run_id), [pool.clone()]);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .args(["cleanup", "--runs-dir"])
+        .arg(s.runs())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "removed libvirt storage pool {pool} on qemu:///system"
+        )),
+        "{text}"
+    );
+    assert!(run_pools(&run_id).is_empty(), "pool left");
+    assert!(!disks[0].exists(), "disk left");
+    s.assert_no_leftovers();
 }
