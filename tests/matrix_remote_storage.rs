@@ -167,7 +167,7 @@ fn cleanup_after_kill_9_destroys_the_runs_pool_and_its_disk() {
         .filter(|p| p.is_file())
         .collect();
     assert_eq!(disks.len(), 1, "the cell's disk: {disks:?}");
-    assert_eq!(run_pools(&run_id), [pool.clone()]);
+    assert_eq!(run_pools(&run_id), std::slice::from_ref(&pool));
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
         .args(["cleanup", "--runs-dir"])
