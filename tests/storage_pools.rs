@@ -146,7 +146,7 @@ fn volumes_with_each_format_and_preallocation_through_libvirt() {
 
 #[test]
 #[ignore = "host: root libvirtd qemu"]
-fn teardown_after_a_libvirtd_forgot_the_pool_still_removes_the_volume() {
+fn teardown_after_libvirt_forgot_the_pool_still_removes_the_volume() {
     let dir = scratch("vmbench-pools-lost");
     let place = PoolPlace {
         uri: URI.into(),
@@ -158,7 +158,8 @@ fn teardown_after_a_libvirtd_forgot_the_pool_still_removes_the_volume() {
         .provision(&cell(Backend::Local, Format::Qcow2), MIB, dir.path())
         .unwrap();
     let path = d.host_path.unwrap();
-    // What a libvirtd restart does to a transient pool: gone, files kept.
+    // What a host reboot does to a transient pool (a libvirtd restart keeps it): gone, files
+    // kept.
     let name = d.params["pool"].clone();
     common::virsh(&["pool-destroy", &name]);
     assert!(path.exists());

@@ -272,31 +272,26 @@ impl StorageBackend for LocalBackend {
         })
     }
 
-    /// Volumes deleted, pool destroyed. When the pool's connection is dead (libvirtd restarted:
-    /// the transient pool is gone, the files are not), a fresh pool on the same directory
-    /// finds the files again and removes them.
+    /// Volumes deleted, pool destroyed. When the pool's connection died (libvirtd restarted),
+    /// a fresh connection finds the pool again (libvirtd keeps an active transient pool across
+    /// its restart; after a reboot, a new pool on the directory finds the files) and finishes.
     fn teardown(&mut self) -> Result<(), StorageError> {
-        let first = match self.pool.as_mut() {
-            Some(pool) => Self::remove_through(pool, &mut self.created),
-            None if self.created.is_empty() => return Ok(()),
-            None => Err(PoolError::Invalid {
-                what: "pool",
-                value: self.place.dir.display().to_string(),
-                why: "was never made",
-            }),
+        let Some(mut pool) = self.pool.take() else {
+            if self.created.is_empty() {
+                return Ok(());
+            }
+            let name = format!("{}{}", self.place.prefix, cmd::unique_tag());
+            let mut again = DirPool::reopen(&self.place.uri, &name, &self.place.dir)?;
+            return Ok(Self::remove_through(&mut again, &mut self.created)?);
         };
-        if first.is_ok() {
-            self.pool = None;
+        if Self::remove_through(&mut pool, &mut self.created).is_ok() {
             return Ok(());
         }
-        self.pool = None;
-        if self.created.is_empty() {
-            return Ok(());
-        }
-        let name = format!("{}{}", self.place.prefix, cmd::unique_tag());
-        let mut again = DirPool::create(&self.place.uri, &name, &self.place.dir)?;
-        Self::remove_through(&mut again, &mut self.created)?;
-        Ok(())
+        let name = pool.name().to_string();
+        // Its connection is dead: dropping it frees the handles only.
+        drop(pool);
+        let mut again = DirPool::reopen(&self.place.uri, &name, &self.place.dir)?;
+        Ok(Self::remove_through(&mut again, &mut self.created)?)
     }
 }
 

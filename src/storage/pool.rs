@@ -4,8 +4,8 @@
 //! and `qemu+tcp://host2/system` and nothing here touches the host's filesystem directly.
 //!
 //! Pools are transient (`virStoragePoolCreateXML` with the build flag, which makes the directory
-//! with [`DIR_MODE`]): libvirt forgets them when they are destroyed or when libvirtd restarts,
-//! and the files stay where they are. A cell's disk pool is made for the cell and destroyed at
+//! with [`DIR_MODE`]): libvirt forgets them when they are destroyed or the host reboots (an
+//! active one survives a libvirtd restart), and the files stay where they are. A cell's disk pool is made for the cell and destroyed at
 //! its teardown; `vmbench cleanup` destroys the pools of a killed run by their name prefix
 //! (`vmbench-<run id>-`, [`pool_prefix`]).
 //!
@@ -422,6 +422,27 @@ impl DirPool {
         })
     }
 
+    /// The pool `name` through a fresh connection (after the old one died: libvirtd keeps an
+    /// active transient pool across its own restart), or, when it is gone (a host reboot),
+    /// a new pool of that name on `dir`.
+    pub fn reopen(uri: &str, name: &str, dir: &Path) -> Result<DirPool, PoolError> {
+        let conn = HostConn::open(uri)?;
+        match StoragePool::lookup_by_name(&conn.conn, name) {
+            Ok(pool) if pool.is_active().unwrap_or(false) => {
+                pool.refresh(0)
+                    .map_err(call_err(uri, format!("refresh pool {name}")))?;
+                Ok(DirPool {
+                    pool: Some(pool),
+                    name: name.to_string(),
+                    dir: dir.to_path_buf(),
+                    owned: true,
+                    conn,
+                })
+            }
+            _ => DirPool::create(uri, name, dir),
+        }
+    }
+
     /// [`DirPool::create`], or, when an active pool already has `dir` as its target (another
     /// run's, or the host's own), that pool, borrowed and refreshed.
     pub fn create_or_borrow(uri: &str, name: &str, dir: &Path) -> Result<DirPool, PoolError> {
@@ -618,7 +639,7 @@ impl DirPool {
         }
         match pool.destroy() {
             Ok(()) => Ok(()),
-            // Gone already (libvirtd restarted: transient pools do not survive it).
+            // Gone already (destroyed by someone else, or the host rebooted).
             Err(e) if e.code() == virt::error::ErrorNumber::NoStoragePool => Ok(()),
             Err(e) => {
                 let r = call_err(&self.conn.uri, format!("destroy pool {}", self.name))(e);
