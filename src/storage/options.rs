@@ -16,7 +16,7 @@ use std::path::PathBuf;
 pub struct StorageConfig {
     /// Directory for local images. Default: the run's work directory.
     pub local_dir: Option<PathBuf>,
-    /// qemu-img preallocation for local images: off, metadata, full. Default off.
+    /// Preallocation of local images (a libvirt volume): off, metadata, full. Default off.
     pub prealloc: Option<Prealloc>,
     /// External NFS server `nfs://HOST/EXPORT`. Default: embedded nfs-ganesha.
     pub nfs: Option<NfsUrl>,
