@@ -209,14 +209,22 @@ fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
             cell.host
         ));
     }
+    if cell.backend == Backend::Nfs && cfg.storage.nfs_mount.is_some() {
+        return Some(format!(
+            "--nfs-mount names a mount on this machine; host {} ({uri}) cannot open files there \
+             (give it --nfs URL, which QEMU on that host reaches itself)",
+            cell.host
+        ));
+    }
     let embedded = match cell.backend {
-        Backend::Nfs => cfg.storage.nfs.is_none() && cfg.storage.nfs_mount.is_none(),
+        Backend::Nfs => cfg.storage.nfs.is_none(),
         Backend::Iscsi => cfg.storage.iscsi.is_none(),
         _ => false,
     };
     embedded.then(|| {
         format!(
-            "the embedded {} server is local-only; host {} ({uri}) needs an external server              (--{})",
+            "the embedded {} server is local-only; host {} ({uri}) needs an external server \
+             (--{})",
             cell.backend, cell.host, cell.backend
         )
     })
@@ -471,6 +479,16 @@ mod host_tests {
         let (skipped, why) = &plan.skipped[0];
         assert_eq!(skipped.host.as_str(), "h2");
         assert!(why.contains("embedded nfs server is local-only"), "{why}");
+        assert!(why.contains("external server (--nfs)"), "one space: {why}");
+        // A mount on this machine is no path on h2.
+        cfg.storage.nfs_mount = Some("/mnt/nfs".into());
+        let (skipped, why) = &expand(&cfg).skipped[0];
+        assert_eq!(skipped.host.as_str(), "h2");
+        assert!(
+            why.contains("--nfs-mount names a mount on this machine"),
+            "{why}"
+        );
+        cfg.storage.nfs_mount = None;
         cfg.storage.nfs = Some("nfs://10.9.0.1/export".parse().unwrap());
         assert!(expand(&cfg).skipped.is_empty());
         // An external iSCSI LUN is fine on h2, but not with CHAP: its libvirt secret is local.
