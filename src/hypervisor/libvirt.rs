@@ -215,15 +215,16 @@ impl RunningDomain {
 
     /// libvirt's bulk statistics of this domain (`virDomainListGetStats`: CPU with its
     /// user/system split, each disk's counters with times); `None` once the domain is gone.
-    pub fn stats(&self) -> Option<super::domstats::DomainStats> {
-        super::domstats::query(self.lock().as_ref()?).ok()
+    pub fn stats(&self, groups: super::domstats::Groups) -> Option<super::domstats::DomainStats> {
+        super::domstats::query(self.lock().as_ref()?, groups).ok()
     }
 
     /// The domain's CPU time from its domain stats, or from `virDomainGetInfo` (total only)
     /// where a driver has no bulk stats.
     pub fn cpu(&self) -> Option<crate::metrics::DomainCpu> {
         use crate::metrics::DomainCpu;
-        if let Some(total_ns) = self.stats().as_ref().and_then(|s| {
+        let stats = self.stats(super::domstats::Groups::Cpu);
+        if let Some(total_ns) = stats.as_ref().and_then(|s| {
             s.cpu_time_ns.map(|t| DomainCpu {
                 total_ns: t,
                 user_ns: s.cpu_user_ns,
@@ -240,9 +241,12 @@ impl RunningDomain {
     }
 
     /// libvirt's counters for a guest disk (`vda`, `xvda`) from its domain stats: operations,
-    /// bytes and, where the driver has them, total times. Used where QMP is not available (Xen).
+    /// bytes and, where the driver has them, total times. Only where QMP is not available
+    /// (Xen): for QEMU, libvirt's block group can hang on a dead NFS server (see
+    /// [`super::domstats::Groups`]).
     pub fn block_stats(&self, dev: &str) -> Option<crate::metrics::qmp::DiskCounters> {
-        if let Some(c) = self.stats().and_then(|s| s.disk(dev).map(|d| d.counters())) {
+        let stats = self.stats(super::domstats::Groups::CpuAndBlock);
+        if let Some(c) = stats.and_then(|s| s.disk(dev).map(|d| d.counters())) {
             return Some(c);
         }
         // Older drivers: the per-disk call, counts only.
