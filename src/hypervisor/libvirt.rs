@@ -134,6 +134,7 @@ impl Libvirt {
         let name = dom.get_name().map_err(call_err("read domain name"))?;
         Ok(RunningDomain {
             dom: std::sync::Mutex::new(Some(dom)),
+            channels: std::sync::Mutex::new(Vec::new()),
             name,
             remote: (!self.is_local()).then(|| self.uri.clone()),
         })
@@ -184,6 +185,11 @@ impl Libvirt {
 /// powered off is fine).
 pub struct RunningDomain {
     dom: std::sync::Mutex<Option<Domain>>,
+    /// The agent channels opened on it, aborted before it is destroyed: libvirt 9.0's libvirtd
+    /// deadlocks when a client aborts a channel stream while the same domain's shutdown frees
+    /// its character devices (main loop in `virStreamAbort`, qemu-event thread in
+    /// `virChrdevFree`; seen in a CI run, every later call then hung).
+    channels: std::sync::Mutex<Vec<std::sync::Weak<StreamSlot>>>,
     name: String,
     /// The URI of the libvirt host when it is not this machine.
     remote: Option<String>,
@@ -293,6 +299,11 @@ impl RunningDomain {
 
     /// Destroys the domain now. Safe to call more than once.
     pub fn destroy(&self) {
+        let channels =
+            std::mem::take(&mut *self.channels.lock().unwrap_or_else(|p| p.into_inner()));
+        for slot in channels.iter().filter_map(std::sync::Weak::upgrade) {
+            slot.abort();
+        }
         if let Some(dom) = self.lock().take() {
             if dom.is_active().unwrap_or(false) {
                 // A failure here means it stopped on its own in between; either way it is gone.
@@ -390,7 +401,25 @@ fn event_loop() -> Result<(), String> {
 /// bytes travel over the libvirt connection, so the channel works for any URI, local or remote.
 /// Dropping it aborts the stream.
 pub struct AgentStream {
-    stream: Option<Stream>,
+    slot: std::sync::Arc<StreamSlot>,
+}
+
+/// The stream of an [`AgentStream`], shared with its domain so that destroying the domain can
+/// abort it first (see [`RunningDomain`]'s `channels`).
+pub struct StreamSlot(std::sync::Mutex<Option<Stream>>);
+
+impl StreamSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Stream>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Aborts the stream once; later transfers say it is closed.
+    fn abort(&self) {
+        if let Some(s) = self.lock().take() {
+            // Fails only when the stream already ended (guest gone); it is freed either way.
+            let _ = s.abort();
+        }
+    }
 }
 
 /// One non-blocking transfer on an [`AgentStream`].
@@ -403,30 +432,31 @@ pub enum Transfer {
 }
 
 impl AgentStream {
-    fn ptr(&self) -> Result<sys::virStreamPtr, LibvirtError> {
-        self.stream
-            .as_ref()
-            .map(Stream::as_ptr)
-            .ok_or_else(|| LibvirtError::Call {
-                action: "agent channel".into(),
-                message: "stream already closed".into(),
-            })
+    fn with_ptr<T>(&self, f: impl FnOnce(sys::virStreamPtr) -> T) -> Result<T, LibvirtError> {
+        let guard = self.slot.lock();
+        let s = guard.as_ref().ok_or_else(|| LibvirtError::Call {
+            action: "agent channel".into(),
+            message: "stream already closed".into(),
+        })?;
+        Ok(f(s.as_ptr()))
     }
 
     /// Receives what has arrived, up to `buf.len()` bytes, without waiting.
     pub fn try_recv(&self, buf: &mut [u8]) -> Result<Transfer, LibvirtError> {
-        let ptr = self.ptr()?;
-        // SAFETY: `ptr` is a live stream owned by `self`; `buf` is valid for `buf.len()` bytes.
-        // The crate's `recv` folds -2 (would block) into an error, hence the direct call.
-        let n = unsafe { sys::virStreamRecv(ptr, buf.as_mut_ptr().cast(), buf.len()) };
+        // SAFETY: the stream is live while the slot's lock is held (an abort takes it out under
+        // the same lock); `buf` is valid for `buf.len()` bytes. The crate's `recv` folds -2
+        // (would block) into an error, hence the direct call.
+        let n = self.with_ptr(|ptr| unsafe {
+            sys::virStreamRecv(ptr, buf.as_mut_ptr().cast(), buf.len())
+        })?;
         transfer(n, "receive on the agent channel")
     }
 
     /// Sends up to `data.len()` bytes without waiting.
     pub fn try_send(&self, data: &[u8]) -> Result<Transfer, LibvirtError> {
-        let ptr = self.ptr()?;
         // SAFETY: as in `try_recv`; libvirt only reads `data`.
-        let n = unsafe { sys::virStreamSend(ptr, data.as_ptr().cast(), data.len()) };
+        let n = self
+            .with_ptr(|ptr| unsafe { sys::virStreamSend(ptr, data.as_ptr().cast(), data.len()) })?;
         transfer(n, "send on the agent channel")
     }
 }
@@ -444,10 +474,7 @@ fn transfer(n: i32, action: &str) -> Result<Transfer, LibvirtError> {
 
 impl Drop for AgentStream {
     fn drop(&mut self) {
-        if let Some(s) = self.stream.take() {
-            // Fails only when the stream already ended (guest gone); it is freed either way.
-            let _ = s.abort();
-        }
+        self.slot.abort();
     }
 }
 
@@ -468,9 +495,12 @@ impl Libvirt {
         })?;
         d.open_channel(Some(name), &stream, 0)
             .map_err(call_err(format!("open channel {name}")))?;
-        Ok(AgentStream {
-            stream: Some(stream),
-        })
+        drop(guard);
+        let slot = std::sync::Arc::new(StreamSlot(std::sync::Mutex::new(Some(stream))));
+        let mut channels = dom.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.retain(|w| w.strong_count() > 0);
+        channels.push(std::sync::Arc::downgrade(&slot));
+        Ok(AgentStream { slot })
     }
 
     /// The host capabilities XML.
