@@ -53,13 +53,37 @@ pub enum DomainState {
     /// Running.
     Running,
     /// Paused, with libvirt's reason (an I/O error pauses it under werror=stop).
-    Paused(String),
+    Paused(PausedReason),
     /// Shut off or gone (transient domains disappear when they stop).
     Gone,
     /// Crashed.
     Crashed,
     /// Anything else.
     Other(String),
+}
+
+/// Why libvirt says a domain is paused (`virDomainPausedReason`), as far as vmbench acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausedReason {
+    /// QEMU stopped the guest on a disk I/O error (werror/rerror=stop): the storage is lost.
+    IoError,
+    /// Someone paused it (`virsh suspend`).
+    User,
+    /// The guest crashed and libvirt paused it.
+    Crashed,
+    /// Any other of libvirt's reasons, by number.
+    Other(i32),
+}
+
+impl std::fmt::Display for PausedReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PausedReason::IoError => f.write_str("I/O error"),
+            PausedReason::User => f.write_str("paused by user"),
+            PausedReason::Crashed => f.write_str("guest crashed"),
+            PausedReason::Other(n) => write!(f, "reason {n}"),
+        }
+    }
 }
 
 /// A domain vmbench created, found through its metadata marker.
@@ -358,12 +382,12 @@ fn dotted(v: u32) -> String {
     format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000)
 }
 
-fn paused_reason(r: i32) -> String {
+fn paused_reason(r: i32) -> PausedReason {
     match r as u32 {
-        sys::VIR_DOMAIN_PAUSED_IOERROR => "I/O error".into(),
-        sys::VIR_DOMAIN_PAUSED_USER => "paused by user".into(),
-        sys::VIR_DOMAIN_PAUSED_CRASHED => "guest crashed".into(),
-        other => format!("reason {other}"),
+        sys::VIR_DOMAIN_PAUSED_IOERROR => PausedReason::IoError,
+        sys::VIR_DOMAIN_PAUSED_USER => PausedReason::User,
+        sys::VIR_DOMAIN_PAUSED_CRASHED => PausedReason::Crashed,
+        _ => PausedReason::Other(r),
     }
 }
 
