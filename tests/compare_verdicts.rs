@@ -148,7 +148,7 @@ fn huge_variance_is_reported_as_such() {
     let c = compare(&base, &cand, &CompareOptions::default());
     let r = only_row(&c);
     assert!(r.change_pct.abs() >= 5.0);
-    assert_eq!(r.verdict, Verdict::VarianceTooLarge, "{r:#?}");
+    assert!(matches!(r.verdict, Verdict::Inconclusive(_)), "{r:#?}");
     assert!(!c.has_regression());
     assert_eq!(c.exit_code(), 3, "variance too large decides nothing");
     let note = r.note.as_deref().unwrap_or("");

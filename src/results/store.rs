@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE runs (
@@ -96,6 +96,10 @@ const SCHEMA_V2: &str = "ALTER TABLE cells ADD COLUMN failure_kind TEXT;";
 
 /// Version 3: the I/O cap on the disk under test ('' for uncapped and older rows).
 const SCHEMA_V3: &str = "ALTER TABLE provenance ADD COLUMN io_limit TEXT NOT NULL DEFAULT '';";
+
+/// Version 4: the storage server's version and the job definitions' hash ('' in older rows).
+const SCHEMA_V4: &str = "ALTER TABLE provenance ADD COLUMN storage_server TEXT NOT NULL DEFAULT '';
+ALTER TABLE provenance ADD COLUMN jobs TEXT NOT NULL DEFAULT '';";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -634,7 +638,8 @@ impl Store {
         self.conn
             .query_row(
                 "SELECT host, host_kernel, cpu_model, qemu, libvirt, guest_kernel, fio, bonnie,
-                    image, vmbench, io_limit FROM provenance WHERE cell_row = ?1",
+                    image, vmbench, io_limit, storage_server, jobs
+                 FROM provenance WHERE cell_row = ?1",
                 [cell_row],
                 |r| {
                     Ok(Provenance {
@@ -649,6 +654,8 @@ impl Store {
                         image: r.get(8)?,
                         vmbench: r.get(9)?,
                         io_limit: r.get(10)?,
+                        storage_server: r.get(11)?,
+                        jobs: r.get(12)?,
                     })
                 },
             )
@@ -832,8 +839,8 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
     let p = &c.provenance;
     tx.execute(
         "INSERT INTO provenance (cell_row, host, host_kernel, cpu_model, qemu, libvirt,
-            guest_kernel, fio, bonnie, image, vmbench, io_limit)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            guest_kernel, fio, bonnie, image, vmbench, io_limit, storage_server, jobs)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             row,
             p.host,
@@ -846,7 +853,9 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
             p.bonnie,
             p.image,
             p.vmbench,
-            p.io_limit
+            p.io_limit,
+            p.storage_server,
+            p.jobs
         ],
     )
     .ctx("inserting provenance")?;
