@@ -14,7 +14,7 @@
 use super::{Better, CellResult, FailureKind, Outcome, Provenance, RunRecord, Timings, Value};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -181,6 +181,20 @@ pub enum StoreError {
     /// A row holds a value this build cannot read.
     #[error("results database is corrupt: {0}")]
     Corrupt(String),
+    /// `last-good` or `previous` found no earlier run to compare the candidate with.
+    #[error(
+        "no baseline for {candidate}: no {what} started before it{} has the same cells \
+         (the first night of a matrix has nothing to compare with)",
+        host_note(host)
+    )]
+    NoBaseline {
+        /// The candidate run.
+        candidate: String,
+        /// What was looked for ("finished run", "good run").
+        what: &'static str,
+        /// The host it was restricted to, if any.
+        host: Option<String>,
+    },
 }
 
 fn host_note(host: &Option<String>) -> String {
@@ -455,6 +469,78 @@ impl Store {
             .ok_or_else(|| self.not_found(spec, host))
     }
 
+    /// Turns a baseline spec into a run id, relative to `candidate`: a run id, or one of
+    /// - `last-good`: the newest good run (finished, covered its matrix, no failed cell),
+    /// - `previous`: the newest finished run, whatever its cells' outcomes,
+    ///
+    /// started before the candidate (stored after it, for runs with the same start) and with the
+    /// same cells: the same set of cell ids, or failing that the newest whose cells include all
+    /// of the candidate's (the candidate lost cells) or are all among them (it gained cells).
+    /// Never the candidate itself. `host` restricts the keywords to one host identity.
+    pub fn resolve_baseline(
+        &self,
+        spec: &str,
+        candidate: &RunRecord,
+        host: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let (what, keep): (&'static str, fn(&RunSummary) -> bool) = match spec.trim() {
+            "last-good" => ("good run", is_good),
+            "previous" => ("finished run", is_finished),
+            _ => return self.resolve(spec, host),
+        };
+        let runs = self.runs()?;
+        let earlier: Vec<&RunSummary> = match runs.iter().position(|r| r.run_id == candidate.run_id)
+        {
+            Some(i) => runs[i + 1..].iter().collect(),
+            None => runs
+                .iter()
+                .filter(|r| r.started.as_str() < candidate.started.as_str())
+                .collect(),
+        };
+        let wanted: BTreeSet<&str> = candidate.cells.iter().map(|c| c.cell_id.as_str()).collect();
+        let mut found: [Option<&RunSummary>; 3] = [None; 3];
+        for r in earlier
+            .into_iter()
+            .filter(|r| r.run_id != candidate.run_id)
+            .filter(|r| host.is_none_or(|h| r.host == h) && keep(r))
+        {
+            let ids = self.cell_ids(&r.run_id)?;
+            let ids: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+            let tier = if ids == wanted {
+                0
+            } else if ids.is_superset(&wanted) {
+                1
+            } else if ids.is_subset(&wanted) && !ids.is_empty() {
+                2
+            } else {
+                continue;
+            };
+            found[tier].get_or_insert(r);
+            if tier == 0 {
+                break;
+            }
+        }
+        let best = found.into_iter().flatten().next().map(|r| r.run_id.clone());
+        best.ok_or_else(|| StoreError::NoBaseline {
+            candidate: candidate.run_id.clone(),
+            what,
+            host: host.map(Into::into),
+        })
+    }
+
+    /// The distinct cell ids of a run.
+    fn cell_ids(&self, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT cell_id FROM cells WHERE run_id = ?1")
+            .ctx("listing cells")?;
+        let rows = stmt
+            .query_map([run_id], |r| r.get(0))
+            .ctx("listing cells")?;
+        rows.collect::<rusqlite::Result<Vec<String>>>()
+            .ctx("listing cells")
+    }
+
     /// The run as a JSON document that `import_json` (here or in another database) reads back.
     pub fn export_json(&self, run_id: &str) -> Result<String, StoreError> {
         let run = self.load_run(run_id)?;
@@ -675,9 +761,14 @@ struct CellRow {
     failure_kind: Option<String>,
 }
 
+/// Finished and covered its matrix, whatever its cells' outcomes.
+fn is_finished(r: &RunSummary) -> bool {
+    !INCOMPLETE_STATUSES.contains(&r.status.as_str())
+}
+
 /// Finished, covered its matrix, and nothing failed.
 fn is_good(r: &RunSummary) -> bool {
-    !INCOMPLETE_STATUSES.contains(&r.status.as_str())
+    is_finished(r)
         && r.failed == 0
         && r.passed + r.unsupported + r.skipped > 0
 }
