@@ -768,9 +768,7 @@ fn is_finished(r: &RunSummary) -> bool {
 
 /// Finished, covered its matrix, and nothing failed.
 fn is_good(r: &RunSummary) -> bool {
-    is_finished(r)
-        && r.failed == 0
-        && r.passed + r.unsupported + r.skipped > 0
+    is_finished(r) && r.failed == 0 && r.passed + r.unsupported + r.skipped > 0
 }
 
 /// The first non-finite number in a run, as an error.
