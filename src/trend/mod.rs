@@ -271,9 +271,24 @@ fn night_value(night: usize, reps: &[&CellResult], key: &str) -> Option<NightVal
 /// The 95% Student t confidence interval of the mean of `xs` (n >= 2).
 fn ci95(xs: &[f64]) -> Option<(f64, f64)> {
     let (m, sd) = (stats::mean(xs)?, stats::stddev(xs)?);
-    let half =
-        stats::student_t_quantile(0.975, (xs.len() - 1) as f64) * sd / (xs.len() as f64).sqrt();
+    let half = t975(xs.len() - 1) * sd / (xs.len() as f64).sqrt();
     Some((m - half, m + half))
+}
+
+/// Student t's 0.975 quantile for `df` degrees of freedom, computed once per df: a trend takes
+/// one per night and segment, and the quantile is a bisection over the incomplete beta.
+fn t975(df: usize) -> f64 {
+    use std::sync::OnceLock;
+    const CACHED: usize = 256;
+    static TABLE: OnceLock<Vec<f64>> = OnceLock::new();
+    if df >= CACHED {
+        return stats::student_t_quantile(0.975, df as f64);
+    }
+    TABLE.get_or_init(|| {
+        (0..CACHED)
+            .map(|d| stats::student_t_quantile(0.975, d.max(1) as f64))
+            .collect()
+    })[df]
 }
 
 fn segment(values: &[f64]) -> Segment {
@@ -553,6 +568,28 @@ pub fn broken_cells(runs: &[RunRecord]) -> Vec<String> {
     out
 }
 
+/// Whether every night since the change point is worse than the mean before it by at least the
+/// minimum change: a segment that mixes one odd night with a normal one is an outlier, not a
+/// new level, and does not fail the gate.
+fn confirmed(t: &Trend, f: &Finding, min_magnitude_pct: f64) -> bool {
+    let Some(s) = t
+        .series
+        .iter()
+        .find(|s| s.cell_id == f.cell_id && s.key == f.key)
+    else {
+        return false;
+    };
+    let before = f.change.before.mean;
+    let bar = min_magnitude_pct;
+    s.points[f.change.point..].iter().all(|p| {
+        let pct = (p.mean / before - 1.0) * 100.0;
+        match s.better {
+            Better::Higher => pct <= -bar,
+            Better::Lower => pct >= bar,
+        }
+    })
+}
+
 /// The gate on the last of `runs` (oldest first): the trend of all of them and tonight's verdict.
 pub fn gate(runs: &[RunRecord], opts: &TrendOptions) -> (Trend, Option<GateReport>) {
     let t = trend(runs, opts);
@@ -563,7 +600,12 @@ pub fn gate(runs: &[RunRecord], opts: &TrendOptions) -> (Trend, Option<GateRepor
     let (found, decided, short) = recent(&t, k);
     // What the previous night's gate saw: a change it already reported is not new.
     let yesterday = if runs.len() > 1 {
-        recent(&trend(&runs[..runs.len() - 1], opts), k).0
+        let y = trend(&runs[..runs.len() - 1], opts);
+        let found = recent(&y, k).0;
+        found
+            .into_iter()
+            .filter(|f| f.change.regression && confirmed(&y, f, opts.min_magnitude_pct))
+            .collect()
     } else {
         vec![]
     };
@@ -579,6 +621,8 @@ pub fn gate(runs: &[RunRecord], opts: &TrendOptions) -> (Trend, Option<GateRepor
     for f in found {
         if !f.change.regression {
             improvements.push(f);
+        } else if !confirmed(&t, &f, opts.min_magnitude_pct) {
+            continue;
         } else if known(&f) {
             already.push(f);
         } else {
