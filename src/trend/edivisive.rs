@@ -162,6 +162,12 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// 1.4826 x the median absolute deviation: the standard deviation for normal data, barely moved
+/// by one odd value.
+pub fn robust_sd(v: &[f64]) -> f64 {
+    1.4826 * mad(v)
+}
+
 fn mad(v: &[f64]) -> f64 {
     let mut w = v.to_vec();
     let m = median(&mut w);

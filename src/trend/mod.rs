@@ -568,10 +568,17 @@ pub fn broken_cells(runs: &[RunRecord]) -> Vec<String> {
     out
 }
 
-/// Whether every night since the change point is worse than the mean before it by at least the
-/// minimum change: a segment that mixes one odd night with a normal one is an outlier, not a
-/// new level, and does not fail the gate.
-fn confirmed(t: &Trend, f: &Finding, min_magnitude_pct: f64) -> bool {
+/// Level of the gate's two checks on a recent regression (the F-test of its nights' spread).
+const CONSISTENCY_ALPHA: f64 = 0.01;
+
+/// Whether a recent regression fails the gate: its p, Bonferroni-adjusted over the `m` series the
+/// gate decides on, is under alpha; and the nights since it are no more spread than the nights
+/// before it (variance-ratio F-test at [`CONSISTENCY_ALPHA`] against the before segment's robust
+/// spread): a level shift moves every night, an odd night next to a normal one is an outlier.
+fn confirmed(t: &Trend, f: &Finding, alpha: f64, m: usize) -> bool {
+    if f.change.p_value * m.max(1) as f64 > alpha {
+        return false;
+    }
     let Some(s) = t
         .series
         .iter()
@@ -579,15 +586,26 @@ fn confirmed(t: &Trend, f: &Finding, min_magnitude_pct: f64) -> bool {
     else {
         return false;
     };
-    let before = f.change.before.mean;
-    let bar = min_magnitude_pct;
-    s.points[f.change.point..].iter().all(|p| {
-        let pct = (p.mean / before - 1.0) * 100.0;
-        match s.better {
-            Better::Higher => pct <= -bar,
-            Better::Lower => pct >= bar,
-        }
-    })
+    let start = s
+        .change_points
+        .iter()
+        .map(|c| c.point)
+        .filter(|&p| p < f.change.point)
+        .max()
+        .unwrap_or(0);
+    let values = |r: std::ops::Range<usize>| s.points[r].iter().map(|p| p.mean).collect::<Vec<_>>();
+    let before = values(start..f.change.point);
+    let after = values(f.change.point..s.points.len());
+    let (Some(sa), sb) = (stats::stddev(&after), edivisive::robust_sd(&before)) else {
+        return true;
+    };
+    if sb == 0.0 {
+        return sa == 0.0;
+    }
+    let (d1, d2) = ((after.len() - 1) as f64, (before.len() - 1) as f64);
+    let ratio = (sa / sb).powi(2);
+    let p = stats::regularized_incomplete_beta(d2 / (d2 + d1 * ratio), d2 / 2.0, d1 / 2.0);
+    p >= CONSISTENCY_ALPHA
 }
 
 /// The gate on the last of `runs` (oldest first): the trend of all of them and tonight's verdict.
@@ -604,7 +622,7 @@ pub fn gate(runs: &[RunRecord], opts: &TrendOptions) -> (Trend, Option<GateRepor
         let found = recent(&y, k).0;
         found
             .into_iter()
-            .filter(|f| f.change.regression && confirmed(&y, f, opts.min_magnitude_pct))
+            .filter(|f| f.change.regression && confirmed(&y, f, opts.alpha, recent(&y, k).1))
             .collect()
     } else {
         vec![]
@@ -621,7 +639,7 @@ pub fn gate(runs: &[RunRecord], opts: &TrendOptions) -> (Trend, Option<GateRepor
     for f in found {
         if !f.change.regression {
             improvements.push(f);
-        } else if !confirmed(&t, &f, opts.min_magnitude_pct) {
+        } else if !confirmed(&t, &f, opts.alpha, decided) {
             continue;
         } else if known(&f) {
             already.push(f);

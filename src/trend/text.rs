@@ -158,11 +158,14 @@ pub fn gate(g: &GateReport) -> String {
     let _ = writeln!(
         out,
         "  {} series checked, {} with fewer than {} nights; a regression fails the gate when it \
-         begins within the last {} night(s) and two nights show it",
+         begins within the last {} night(s), two nights show it, its p x {} (Bonferroni over the \
+         series checked) is under alpha, and its nights are no more spread than the nights \
+         before (F-test, 0.01)",
         g.decided_series,
         g.too_short,
         super::MIN_NIGHTS,
-        g.within_nights
+        g.within_nights,
+        g.decided_series
     );
     out
 }
