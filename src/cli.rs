@@ -981,9 +981,10 @@ pub struct TrendArgs {
     /// Decide tonight: exit 1 on a new regression change point or a broken cell.
     #[arg(long)]
     pub gate: bool,
-    /// The gate fails on a regression that begins within this many last nights (tonight
-    /// included; a change needs two nights to be seen, so 2 catches it the night after).
-    #[arg(long, default_value_t = 2)]
+    /// The gate fails on a regression that began within this many last nights (tonight
+    /// included) and was not already reported the night before; a change needs two nights to
+    /// be seen, so the earliest is the night after it began.
+    #[arg(long, default_value_t = 4)]
     pub within: usize,
     /// Smallest change kept, in % of the mean before it.
     #[arg(long, default_value_t = 5.0)]

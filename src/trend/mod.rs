@@ -12,11 +12,11 @@
 //! night-to-night spread can say whether a level moved.
 //!
 //! The gate (`gate`) fails tonight when a regression change point beyond the minimum magnitude
-//! starts within the last K nights, against the nights since the previous change point, or when a
+//! began within the last K nights, against the nights since the previous change point, or when a
 //! cell broke. A change point needs two nights after it (one odd night is an outlier until the
-//! next one confirms it), so a drop that starts tonight fails tomorrow's gate. A change already
-//! reported on the previous night (same series, same direction, within K nights) does not fail
-//! again.
+//! next one confirms it), so a drop that starts tonight fails tomorrow's gate at the earliest; one
+//! the evidence confirms only later fails the night it is confirmed. A change the previous
+//! night's gate already reported (same cell, within two nights) does not fail again.
 
 #![warn(missing_docs)]
 
@@ -44,7 +44,8 @@ pub struct TrendOptions {
     pub alpha: f64,
     /// Smallest change kept, in percent of the mean before it.
     pub min_magnitude_pct: f64,
-    /// The gate fails on a regression that starts within this many last nights (tonight included).
+    /// The gate fails on a regression that began within this many last nights (tonight
+    /// included) and that the previous night's gate had not already reported.
     pub within_nights: usize,
     /// Significance test of the candidates.
     pub significance: Significance,
@@ -53,12 +54,12 @@ pub struct TrendOptions {
 }
 
 impl Default for TrendOptions {
-    /// Otava's default level (0.001), a 5% minimum change (compare's noise threshold), K = 2.
+    /// Otava's default level (0.001), a 5% minimum change (compare's noise threshold), K = 4.
     fn default() -> Self {
         TrendOptions {
             alpha: 0.001,
             min_magnitude_pct: 5.0,
-            within_nights: 2,
+            within_nights: 4,
             significance: Significance::TTest,
             extra_metrics: vec![],
         }
@@ -627,12 +628,11 @@ pub fn gate(runs: &[RunRecord], opts: &TrendOptions) -> (Trend, Option<GateRepor
     } else {
         vec![]
     };
+    // One change of a cell shows in several of its metrics, not always on the same night, and
+    // found again it may have moved by a night or two: the cell is the unit reported.
     let known = |f: &Finding| {
         yesterday.iter().any(|y| {
-            y.cell_id == f.cell_id
-                && y.key == f.key
-                && y.change.regression == f.change.regression
-                && y.change.night.abs_diff(f.change.night) <= k
+            y.cell_id == f.cell_id && y.change.night.abs_diff(f.change.night) <= MIN_SEGMENT
         })
     };
     let (mut regressions, mut already, mut improvements) = (vec![], vec![], vec![]);
