@@ -186,6 +186,16 @@ fn a_month_through_the_real_store_flags_the_drop_the_night_after_it_begins() {
         }
         if n == NIGHTS - 1 {
             eprintln!("{}", t.text());
+            let page = t.html(Some(&report));
+            assert_eq!(page.matches("<svg").count(), 12);
+            assert!(page.contains("class='cp'"), "change points marked");
+            assert!(
+                page.contains("qemu version: 7.2.9 -&gt; 8.0.2"),
+                "system change annotated"
+            );
+            if let Ok(p) = std::env::var("TREND_HTML") {
+                std::fs::write(p, page).unwrap();
+            }
             // The drop is a change point that begins on night 40 and names the QEMU upgrade.
             let drop_id = cells[DROP_CELL].id();
             for key in ["read_iops", "write_iops"] {

@@ -16,7 +16,7 @@ const BOTTOM: f64 = 30.0;
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222}\
 h2{font-size:1.05em;margin:1.6em 0 .3em}table{border-collapse:collapse;font-size:.85em}\
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}.fail{color:#b00;font-weight:bold}\
-.pass{color:#070;font-weight:bold}.note{color:#555;font-size:.85em}svg{background:#fafafa;border:1px solid #ddd}";
+.pass{color:#070;font-weight:bold}.note{color:#555;font-size:.85em}pre{white-space:pre-wrap}svg{background:#fafafa;border:1px solid #ddd}";
 
 /// Maps nights and values to the chart's pixels.
 struct Scale {
