@@ -116,19 +116,10 @@ impl Significance {
 /// Two-sided pooled Student t-test p-value of `a` against `b` (1 when there are no degrees of
 /// freedom; 0 or 1 when neither side has any spread and the means differ or agree).
 pub fn student_t_p(a: &[f64], b: &[f64]) -> f64 {
-    let df = a.len() + b.len();
-    if a.is_empty() || b.is_empty() || df <= 2 {
-        return 1.0;
-    }
-    let df = (df - 2) as f64;
-    let (ma, mb) = (mean(a), mean(b));
-    let ss = |v: &[f64], m: f64| v.iter().map(|x| (x - m).powi(2)).sum::<f64>();
-    let pooled = (ss(a, ma) + ss(b, mb)) / df;
-    let se = (pooled * (1.0 / a.len() as f64 + 1.0 / b.len() as f64)).sqrt();
-    if se == 0.0 {
-        return if ma == mb { 1.0 } else { 0.0 };
-    }
-    crate::compare::stats::student_t_two_sided_p((mb - ma) / se, df)
+    pooled_t_p(a, b, |v| {
+        let m = mean(v);
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>()
+    })
 }
 
 /// [`student_t_p`] with each side's spread taken as 1.4826 x its median absolute deviation (the
@@ -137,13 +128,18 @@ pub fn student_t_p(a: &[f64], b: &[f64]) -> f64 {
 /// to make one); it barely moves the MAD. This departs from Otava, which pools the standard
 /// deviations.
 pub fn robust_t_p(a: &[f64], b: &[f64]) -> f64 {
+    pooled_t_p(a, b, |v| robust_sd(v).powi(2) * (v.len() - 1) as f64)
+}
+
+/// The two-sided Student t p-value of mean(b) - mean(a) with the variance pooled from `ss`, each
+/// side's sum of squares (its variance times its degrees of freedom).
+fn pooled_t_p(a: &[f64], b: &[f64], ss: impl Fn(&[f64]) -> f64) -> f64 {
     let df = a.len() + b.len();
     if a.is_empty() || b.is_empty() || df <= 2 {
         return 1.0;
     }
     let df = (df - 2) as f64;
-    let var = |v: &[f64]| (1.4826 * mad(v)).powi(2) * (v.len() - 1) as f64;
-    let pooled = (var(a) + var(b)) / df;
+    let pooled = (ss(a) + ss(b)) / df;
     let se = (pooled * (1.0 / a.len() as f64 + 1.0 / b.len() as f64)).sqrt();
     let (ma, mb) = (mean(a), mean(b));
     if se == 0.0 {
