@@ -81,7 +81,7 @@ fn provenance(night: usize) -> Provenance {
         bonnie: "2.00a".into(),
         image: "sha256:ab".into(),
         vmbench: "0.1.0".into(),
-        io_limit: String::new(),
+        ..Provenance::default()
     }
 }
 
@@ -190,7 +190,7 @@ fn a_month_through_the_real_store_flags_the_drop_the_night_after_it_begins() {
             assert_eq!(page.matches("<svg").count(), 12);
             assert!(page.contains("class='cp'"), "change points marked");
             assert!(
-                page.contains("qemu version: 7.2.9 -&gt; 8.0.2"),
+                page.contains("qemu: 7.2.9 -&gt; 8.0.2"),
                 "system change annotated"
             );
             if let Ok(p) = std::env::var("TREND_HTML") {
@@ -211,7 +211,7 @@ fn a_month_through_the_real_store_flags_the_drop_the_night_after_it_begins() {
                     .unwrap_or_else(|| panic!("{key}: no regression: {s:?}"));
                 assert_eq!(c.night, DROP_NIGHT, "{key}: {c:?}");
                 assert!((-20.0..-10.0).contains(&c.change_pct), "{key}: {c:?}");
-                assert!(c.sut_changes.iter().any(|x| x.what == "qemu version"
+                assert!(c.sut_changes.iter().any(|x| x.what == "qemu"
                     && x.before == "7.2.9"
                     && x.after == "8.0.2"));
                 let (b, a) = (c.before.ci95.unwrap(), c.after.ci95.unwrap());

@@ -124,8 +124,8 @@ fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
         assert!(c["change_pct"].as_f64().unwrap() < -25.0, "{r}");
         let sut = c["sut_changes"].as_array().unwrap();
         assert!(
-            sut.iter().any(|x| x["what"] == "disk I/O cap"
-                && x["before"] == "none"
+            sut.iter().any(|x| x["what"] == "disk cap"
+                && x["before"] == "(none)"
                 && x["after"] == format!("iops={cap}")),
             "{r}"
         );

@@ -148,12 +148,9 @@ fn nights(out: &mut String, sc: &Scale, s: &Series, t: &Trend) {
         let Some(prev) = i.checked_sub(1).map(|j| &s.points[j]) else {
             continue;
         };
-        let changed: Vec<String> = prev
-            .sut
+        let changed: Vec<String> = super::sut_changes(&prev.provenance, &p.provenance)
             .iter()
-            .zip(&p.sut)
-            .filter(|(a, b)| a.1 != b.1)
-            .map(|(a, b)| format!("{}: {} -> {}", a.0, a.1, b.1))
+            .map(|c| format!("{}: {} -> {}", c.what, c.before, c.after))
             .collect();
         if !changed.is_empty() {
             let text = changed.join("; ");

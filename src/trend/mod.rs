@@ -2,9 +2,10 @@
 //!
 //! A night is a run. For every cell x headline metric, the series holds one value per night (the
 //! mean of that night's passed repeats, with its 95% confidence interval) from the nights whose
-//! instrument (fio, bonnie++, guest image and kernel, host, CPU) matches the newest night's, so a
-//! new fio build starts a new series instead of looking like a change. The system under test
-//! (QEMU, libvirt, host kernel, the disk's I/O cap) may change from night to night: that is what
+//! instrument (`compare::provenance`: fio, bonnie++, guest image and kernel, job definitions)
+//! matches the newest night's, so a new fio build starts a new series instead of looking like a
+//! change. The system under test (QEMU, libvirt, host kernel, storage server, the disk's cap) may
+//! change from night to night: that is what
 //! the trend is for, and each change point names what changed in it that night.
 //!
 //! Change points come from E-Divisive with means (`edivisive.rs`). Nights, not repeats, are the
@@ -24,6 +25,8 @@ pub mod edivisive;
 mod html;
 mod text;
 
+use crate::compare::broken::{self, BrokenCell};
+use crate::compare::provenance;
 use crate::compare::stats;
 use crate::compare::{HEADLINE_METRICS, MIX_CHECKS};
 use crate::results::{Better, CellResult, Outcome, Provenance, RunRecord, Value};
@@ -113,9 +116,9 @@ pub struct NightValue {
     pub n: usize,
     /// 95% confidence interval of the night's mean (Student t over its repeats; n >= 2).
     pub ci95: Option<(f64, f64)>,
-    /// The system under test that night, by field.
+    /// The night's provenance (of its first passed repeat).
     #[serde(skip)]
-    pub sut: Vec<(&'static str, String)>,
+    pub provenance: Provenance,
 }
 
 /// A run of nights between change points.
@@ -201,42 +204,17 @@ pub struct Trend {
     pub method: String,
 }
 
-/// The instrument's fields: what must match for two nights to be one series. The one place
-/// that says which provenance fields measure rather than are measured.
-fn instrument(p: &Provenance) -> [(&'static str, &str); 6] {
-    [
-        ("fio version", &p.fio),
-        ("bonnie++ version", &p.bonnie),
-        ("guest image", &p.image),
-        ("guest kernel", &p.guest_kernel),
-        ("host", &p.host),
-        ("host CPU model", &p.cpu_model),
-    ]
-}
-
-/// The system under test's fields: what a change point reports as changed that night.
-fn system_under_test(p: &Provenance) -> Vec<(&'static str, String)> {
-    let cap = if p.io_limit.is_empty() {
-        "none".to_string()
-    } else {
-        p.io_limit.clone()
-    };
-    vec![
-        ("qemu version", p.qemu.clone()),
-        ("libvirt version", p.libvirt.clone()),
-        ("host kernel", p.host_kernel.clone()),
-        ("disk I/O cap", cap),
-    ]
-}
-
-fn instrument_mismatch(a: &Provenance, b: &Provenance) -> Option<String> {
-    let diffs: Vec<String> = instrument(a)
-        .iter()
-        .zip(instrument(b))
-        .filter(|((_, x), (_, y))| x != y)
-        .map(|((name, x), (_, y))| format!("{name} '{x}' (now '{y}')"))
-        .collect();
-    (!diffs.is_empty()).then(|| diffs.join(", "))
+/// What changed in the system under test from night `a` to night `b` (the split of the
+/// provenance is `compare::provenance`'s, the one place that says which fields measure).
+pub fn sut_changes(a: &Provenance, b: &Provenance) -> Vec<SutChange> {
+    provenance::system_changes(a, b)
+        .into_iter()
+        .map(|c| SutChange {
+            what: c.what,
+            before: c.baseline,
+            after: c.candidate,
+        })
+        .collect()
 }
 
 /// The passed repeats of each cell in one run, by cell id, in first-seen order.
@@ -265,7 +243,7 @@ fn night_value(night: usize, reps: &[&CellResult], key: &str) -> Option<NightVal
         mean,
         n: xs.len(),
         ci95: ci95(&xs),
-        sut: system_under_test(&reps[0].provenance),
+        provenance: reps[0].provenance.clone(),
     })
 }
 
@@ -313,7 +291,7 @@ fn collect_series(runs: &[RunRecord], opts: &TrendOptions) -> Vec<Series> {
     let mut index: BTreeMap<(String, String), usize> = BTreeMap::new();
     for (night, run) in runs.iter().enumerate() {
         for (id, reps) in passed_by_cell(run) {
-            let mismatch = instrument_mismatch(&reps[0].provenance, reference[id]);
+            let mismatch = provenance::instrument_mismatch(&reps[0].provenance, reference[id]);
             for m in reps.iter().flat_map(|c| &c.metrics) {
                 if !opts.is_series_metric(&m.key) {
                     continue;
@@ -364,17 +342,7 @@ fn change_point(
         Better::Lower => change_pct > 0.0,
     };
     let (last, first) = (&s.points[point - 1], &s.points[point]);
-    let sut_changes = last
-        .sut
-        .iter()
-        .zip(&first.sut)
-        .filter(|(a, b)| a.1 != b.1)
-        .map(|(a, b)| SutChange {
-            what: a.0.to_string(),
-            before: a.1.clone(),
-            after: b.1.clone(),
-        })
-        .collect();
+    let sut_changes = sut_changes(&last.provenance, &first.provenance);
     let night = first.night;
     ChangePoint {
         point,
@@ -482,8 +450,8 @@ pub struct GateReport {
     pub already_reported: Vec<Finding>,
     /// Improvements that start within the last K nights (never fail).
     pub improvements: Vec<Finding>,
-    /// Cells that broke tonight, with why.
-    pub broken: Vec<String>,
+    /// Cells that broke tonight against the previous night.
+    pub broken: Vec<BrokenCell>,
     /// Series with enough nights to decide.
     pub decided_series: usize,
     /// Series tonight with fewer than [`MIN_NIGHTS`] nights.
@@ -523,50 +491,13 @@ fn recent(t: &Trend, k: usize) -> (Vec<Finding>, usize, usize) {
     (out, decided, short)
 }
 
-/// Cells that broke tonight: no passed repeat and at least one failed, after passing on the
-/// last earlier night that ran them. The one place that says what "broke" means.
-pub fn broken_cells(runs: &[RunRecord]) -> Vec<String> {
-    let Some((tonight, earlier)) = runs.split_last() else {
-        return vec![];
-    };
-    let mut out = vec![];
-    let mut seen: Vec<&str> = vec![];
-    for c in &tonight.cells {
-        if seen.contains(&c.cell_id.as_str()) {
-            continue;
-        }
-        seen.push(&c.cell_id);
-        let mine: Vec<&CellResult> = tonight
-            .cells
-            .iter()
-            .filter(|x| x.cell_id == c.cell_id)
-            .collect();
-        let failed = mine.iter().find_map(|x| match &x.outcome {
-            Outcome::Failed(r) => Some(r.as_str()),
-            _ => None,
-        });
-        let (Some(reason), false) = (failed, mine.iter().any(|x| x.outcome == Outcome::Passed))
-        else {
-            continue;
-        };
-        let before = earlier
-            .iter()
-            .rev()
-            .find(|r| r.cells.iter().any(|x| x.cell_id == c.cell_id));
-        if let Some(prev) = before.filter(|r| {
-            r.cells
-                .iter()
-                .any(|x| x.cell_id == c.cell_id && x.outcome == Outcome::Passed)
-        }) {
-            out.push(format!(
-                "{} ({}): failed tonight ({reason}); passed on {}",
-                c.cell.label(),
-                c.cell_id,
-                prev.run_id
-            ));
-        }
+/// Cells that broke tonight against the previous night (`compare::broken`'s definition: passed
+/// then, failed, missing, unsupported or skipped now).
+pub fn broken_cells(runs: &[RunRecord]) -> Vec<BrokenCell> {
+    match runs {
+        [.., last_night, tonight] => broken::broken_cells(last_night, tonight),
+        _ => vec![],
     }
-    out
 }
 
 /// Level of the gate's two checks on a recent regression (the F-test of its nights' spread).
