@@ -211,9 +211,10 @@ fn a_month_through_the_real_store_flags_the_drop_the_night_after_it_begins() {
                     .unwrap_or_else(|| panic!("{key}: no regression: {s:?}"));
                 assert_eq!(c.night, DROP_NIGHT, "{key}: {c:?}");
                 assert!((-20.0..-10.0).contains(&c.change_pct), "{key}: {c:?}");
-                assert!(c.sut_changes.iter().any(|x| x.what == "qemu"
-                    && x.before == "7.2.9"
-                    && x.after == "8.0.2"));
+                assert!(c
+                    .sut_changes
+                    .iter()
+                    .any(|x| x.what == "qemu" && x.before == "7.2.9" && x.after == "8.0.2"));
                 let (b, a) = (c.before.ci95.unwrap(), c.after.ci95.unwrap());
                 assert!(
                     b.0 < c.before.mean && c.before.mean < b.1 && a.1 < b.0,
