@@ -520,6 +520,12 @@ fn cmd_trend(a: &cli::TrendArgs) -> Result<i32, CliError> {
     }
     Ok(match &report {
         Some(g) => g.outcome.exit_code(),
+        None if a.gate => {
+            eprintln!(
+                "vmbench: no nights of this host in the store yet: not enough nights (exit 3)"
+            );
+            3
+        }
         None => 0,
     })
 }

@@ -292,26 +292,40 @@ fn two_hundred_months_false_alarms_and_detection_delay() {
     );
 }
 
+/// `vmbench trend`: bad options are exit 2 and name the problem; an empty store is "not enough
+/// nights yet" (exit 3), never a pass.
 #[test]
-#[ignore = "debug"]
-fn debug_seed() {
-    let seed: u64 = std::env::var("SEED")
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(0);
-    let opts = TrendOptions::default();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let cells = cells();
-    let runs: Vec<RunRecord> = (0..NIGHTS).map(|n| night(&mut rng, &cells, n)).collect();
-    let t0 = Instant::now();
-    for t in 0..NIGHTS {
-        let (tr, g) = trend::gate(&runs[..=t], &opts);
-        let g = g.unwrap();
-        if g.outcome == GateOutcome::Fail {
-            eprintln!("night {t}: {}", g.text());
-        }
-        if t == NIGHTS - 1 || t == 41 {
-            eprintln!("{}", tr.text());
-        }
+fn trend_cli_bad_input_is_exit_2_and_an_empty_store_is_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("empty.db");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
+            .arg("trend")
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, want) in [
+        (vec!["--alpha", "2"], "--alpha"),
+        (vec!["--min-change=-1"], "--min-change"),
+        (vec!["--within", "0"], "--within"),
+        (vec!["--test", "bayes"], "ttest"),
+        (
+            vec!["--test", "permutation", "--permutations", "5"],
+            "--permutations",
+        ),
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
     }
-    eprintln!("{:.2} s", t0.elapsed().as_secs_f64());
+    let (code, err) = run(&["--gate"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("not enough nights"), "{err}");
 }
