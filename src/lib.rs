@@ -20,4 +20,5 @@ pub mod metrics;
 pub mod report;
 pub mod results;
 pub mod storage;
+pub mod trend;
 pub mod workload;

@@ -81,6 +81,7 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
         Command::Runs(a) => cmd_runs(&a),
         Command::Report(a) => cmd_report(&a),
         Command::Compare(a) => cmd_compare(&a),
+        Command::Trend(a) => cmd_trend(&a),
         Command::Recommend(a) => cmd_recommend(&a),
         Command::Export(a) => cmd_export(&a),
         Command::Import(a) => cmd_import(&a),
@@ -488,6 +489,45 @@ fn history_runs(db: &cli::DbArgs, except: &[&str]) -> Result<Vec<RunRecord>, Cli
                 .map_err(|e| CliError::Other(e.into()))
         })
         .collect()
+}
+
+/// `vmbench trend [--gate]`: the nights of this host from the store, oldest first.
+fn cmd_trend(a: &cli::TrendArgs) -> Result<i32, CliError> {
+    let opts = cli::trend_options(a).map_err(CliError::Usage)?;
+    let store = Store::open(&db_path(&a.db)).map_err(|e| CliError::Other(e.into()))?;
+    let runs = vmbench::trend::nights_from_store(&store, &runner::hostname(), a.nights)
+        .map_err(|e| CliError::Other(e.into()))?;
+    let (trend, report) = if a.gate {
+        vmbench::trend::gate(&runs, &opts)
+    } else {
+        (vmbench::trend::trend(&runs, &opts), None)
+    };
+    let json = || {
+        serde_json::to_string_pretty(&serde_json::json!({"trend": &trend, "gate": &report}))
+            .map_err(|e| CliError::Other(e.into()))
+    };
+    let text = match a.format {
+        cli::TrendFormat::Text => {
+            let gate = report.as_ref().map(|g| g.text()).unwrap_or_default();
+            format!("{}{gate}", trend.text())
+        }
+        cli::TrendFormat::Html => trend.html(report.as_ref()),
+        cli::TrendFormat::Json => json()?,
+    };
+    write_out(&a.output, &text)?;
+    if let Some(p) = &a.json {
+        write_out(&Some(p.clone()), &json()?)?;
+    }
+    Ok(match &report {
+        Some(g) => g.outcome.exit_code(),
+        None if a.gate => {
+            eprintln!(
+                "vmbench: no nights of this host in the store yet: not enough nights (exit 3)"
+            );
+            3
+        }
+        None => 0,
+    })
 }
 
 fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {
