@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// vmbench: benchmark storage as a virtual machine sees it.
 #[derive(Debug, Parser)]
-#[command(name = "vmbench", version, about, long_about = None, args_override_self = true)]
+#[command(name = "vmbench", version = crate::VERSION, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
