@@ -34,8 +34,9 @@ pub enum Command {
     Runs(DbArgs),
     /// Report a run: terminal tables, Markdown, CSV or a self-contained HTML file.
     Report(ReportArgs),
-    /// Compare two runs: per cell and metric, change, adjusted significance and a verdict
-    /// (exit 0 no regression, 1 regression, 3 nothing decided, 2 bad input).
+    /// Compare two runs: per cell and fact, change, adjusted significance and a verdict
+    /// (exit 0 no regression shown, 1 regression or broken cell, 3 not proven, 2 bad input,
+    /// 4 no baseline yet).
     Compare(CompareArgs),
     /// Rank the measured cells of a run by an objective.
     Recommend(RecommendArgs),
@@ -391,15 +392,33 @@ pub enum CompareFormat {
 /// `vmbench compare`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Method: one value per repeat (per-second samples never decide), Welch's \
-t-test on log values, p-values adjusted over all verdict rows (Holm by default);\n\
-a row regresses when its adjusted p < alpha and the change exceeds the noise threshold. \
-Run both sides with --repeat 5 or more.\n\n\
-Exit codes: 0 no regression, 1 significant regression, 3 nothing could be decided (every \
-verdict row inconclusive or not comparable), 2 bad input."
+    after_help = "Baseline keywords are relative to the candidate, never the candidate itself:\n  \
+last-good  the newest good run (finished, no failed cell) started before the candidate with the \
+same cells\n  \
+previous   the newest finished run started before the candidate with the same cells, whatever \
+its outcomes\n\
+(same cells: the same cell ids; failing that, the newest run whose cells include all of the \
+candidate's, or are all among them). A baseline that is the candidate is refused (exit 2).\n\n\
+Method: one value per repeat (per-second samples never decide), Welch's t-test on log values, \
+p-values adjusted over all verdict rows (Holm by default). The verdict family is one row per \
+fact and cell: IOPS (random jobs) or bandwidth (sequential jobs), mean and p99 latency, \
+bonnie++ block output, block input and seeks; derived twins are information. A row regresses \
+when its adjusted p < alpha and the change exceeds the noise threshold; it is \"no change\" \
+only when the 95% CI of the change lies inside +-threshold; otherwise it is inconclusive and \
+names the change it could not rule out and the repeats that would decide it.\n\n\
+Provenance: a change of the instrument (fio, bonnie++, guest image, guest kernel, job \
+definitions) makes rows not comparable unless --force; a change of the system under test \
+(QEMU, libvirt, host kernel, host CPU, storage server, disk cap) is printed first \
+(`what changed: qemu 7.2.22 -> 8.2.2`) and compared.\n\n\
+Exit codes: 0 no regression, no broken cell, every verdict row decided; 1 a significant \
+regression, or a cell that passed in the baseline failed, went missing or became unsupported \
+(unless --allow-missing); 3 not proven: nothing regressed but some row is undecided (the last \
+line names the smallest drop the comparison could have seen); 2 bad input; 4 no baseline: \
+last-good or previous found no earlier run with the same cells (a first night)."
 )]
 pub struct CompareArgs {
-    /// Baseline: run id, `last`, `last-good`, or a run directory.
+    /// Baseline: run id, `last-good`, `previous` (both relative to the candidate, see below),
+    /// `last`, or a run directory.
     pub baseline: String,
     /// Candidate: run id, `last`, or a run directory.
     pub candidate: String,
@@ -423,9 +442,14 @@ pub struct CompareArgs {
     /// the same cell and provenance (needs >= 3 such runs).
     #[arg(long)]
     pub noise_from_history: bool,
-    /// Compare even when provenance (fio, image, QEMU, host) differs.
+    /// Compare even when the instrument (fio, bonnie++, guest image, guest kernel, job
+    /// definitions) differs. Changes of the system under test never need it.
     #[arg(long)]
     pub force: bool,
+    /// Cells that passed in the baseline and failed, went missing or became unsupported in the
+    /// candidate are listed, not a failure (exit 1 otherwise).
+    #[arg(long)]
+    pub allow_missing: bool,
     /// Also write JUnit XML here (one testcase per cell and metric).
     #[arg(long)]
     pub junit: Option<PathBuf>,

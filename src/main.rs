@@ -395,14 +395,26 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
             a.alpha
         )));
     }
-    let base = load_run(&a.baseline, &a.db)?;
     let cand = load_run(&a.candidate, &a.db)?;
+    let base = match load_baseline(&a.baseline, &cand, &a.db)? {
+        Some(b) => b,
+        None => return Ok(EXIT_NO_BASELINE),
+    };
+    if base.run_id == cand.run_id {
+        return Err(CliError::Usage(format!(
+            "baseline '{}' and candidate '{}' are the same run {}: a run compared with itself \
+             proves nothing (use last-good or previous as the baseline: they resolve to an \
+             earlier run than the candidate)",
+            a.baseline, a.candidate, cand.run_id
+        )));
+    }
     let mut opts = compare::CompareOptions {
         noise_threshold_pct: a.threshold,
         alpha: a.alpha,
         correction,
         extra_verdict_metrics: a.metric.clone(),
         force: a.force,
+        allow_missing: a.allow_missing,
         ..Default::default()
     };
     for t in &a.metric_threshold {
@@ -432,6 +444,34 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
         write_out(&Some(p.clone()), &json)?;
     }
     Ok(cmp.exit_code())
+}
+
+/// `compare`'s exit code when `last-good`/`previous` found no earlier run (a first night).
+const EXIT_NO_BASELINE: i32 = 4;
+
+/// The baseline run: a run directory, an id, or a keyword resolved relative to `cand`; `None`
+/// (after saying why) when a keyword finds no earlier run.
+fn load_baseline(
+    spec: &str,
+    cand: &RunRecord,
+    db: &cli::DbArgs,
+) -> Result<Option<RunRecord>, CliError> {
+    if !matches!(spec.trim(), "last-good" | "previous") {
+        return load_run(spec, db).map(Some);
+    }
+    let store = Store::open(&db_path(db)).map_err(|e| CliError::Other(e.into()))?;
+    let host = runner::hostname();
+    match store.resolve_baseline(spec, cand, Some(&host)) {
+        Ok(id) => store
+            .load_run(&id)
+            .map(Some)
+            .map_err(|e| CliError::Other(e.into())),
+        Err(e @ vmbench::results::store::StoreError::NoBaseline { .. }) => {
+            eprintln!("vmbench: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(CliError::Usage(e.to_string())),
+    }
 }
 
 /// The newest finished runs of the store, other than `except`, for `--noise-from-history`.

@@ -1,5 +1,7 @@
 //! JUnit XML for CI: one testcase per cell x metric, a regression is a `<failure>` whose message
-//! carries the numbers, an incomparable metric or cell is `<skipped>`. Written with quick-xml so
+//! carries the numbers, a broken cell is a `<failure>` of its own, an undecided or incomparable
+//! metric or cell is `<skipped>`; what changed in the system under test is a suite property and
+//! the suite's first output. Written with quick-xml so
 //! every attribute and text is escaped; characters XML 1.0 cannot hold at all are dropped.
 
 use super::table::{fmt_num, fmt_pct};
@@ -18,24 +20,27 @@ pub(super) fn render(c: &Comparison) -> String {
 type W = Writer<Cursor<Vec<u8>>>;
 
 fn write_doc(w: &mut W, c: &Comparison) -> std::io::Result<()> {
+    let broken_failures = if c.allow_missing { 0 } else { c.broken.len() };
     let failures = c
         .rows
         .iter()
         .filter(|r| r.verdict == Verdict::Regression)
-        .count();
+        .count()
+        + broken_failures;
     let skipped = c
         .rows
         .iter()
         .filter(|r| {
             matches!(
                 r.verdict,
-                Verdict::NotComparable(_) | Verdict::Inconclusive(_) | Verdict::VarianceTooLarge
+                Verdict::NotComparable(_) | Verdict::Inconclusive(_)
             )
         })
         .count()
         + c.missing_cells.len()
-        + c.unpassed_cells.len();
-    let tests = c.rows.len() + c.missing_cells.len() + c.unpassed_cells.len();
+        + c.unpassed_cells.len()
+        + (c.broken.len() - broken_failures);
+    let tests = c.rows.len() + c.missing_cells.len() + c.unpassed_cells.len() + c.broken.len();
     let counts = [
         ("tests", tests.to_string()),
         ("failures", failures.to_string()),
@@ -59,6 +64,10 @@ fn write_doc(w: &mut W, c: &Comparison) -> std::io::Result<()> {
         .iter()
         .for_each(|(k, v)| suite.push_attribute((*k, v.as_str())));
     w.write_event(Event::Start(suite))?;
+    write_what_changed(w, c)?;
+    for b in &c.broken {
+        write_broken(w, b, c.allow_missing)?;
+    }
     for r in &c.rows {
         write_row(w, r)?;
     }
@@ -114,7 +123,7 @@ fn write_row(w: &mut W, r: &MetricComparison) -> std::io::Result<()> {
             w.write_event(Event::Text(BytesText::new(&message)))?;
             w.write_event(Event::End(BytesEnd::new("failure")))?;
         }
-        Verdict::NotComparable(_) | Verdict::Inconclusive(_) | Verdict::VarianceTooLarge => {
+        Verdict::NotComparable(_) | Verdict::Inconclusive(_) => {
             let mut s = BytesStart::new("skipped");
             s.push_attribute(("message", message.as_str()));
             w.write_event(Event::Empty(s))?;
@@ -123,6 +132,54 @@ fn write_row(w: &mut W, r: &MetricComparison) -> std::io::Result<()> {
     }
     if let Some(note) = &r.note {
         write_system_out(w, &clean(note))?;
+    }
+    w.write_event(Event::End(BytesEnd::new("testcase")))
+}
+
+/// The system-under-test changes as suite properties, and the line itself as the suite's output,
+/// before any testcase (JUnit puts `<properties>` first).
+fn write_what_changed(w: &mut W, c: &Comparison) -> std::io::Result<()> {
+    let mut props: Vec<(String, String)> = vec![
+        ("family".into(), c.family.clone()),
+        ("outcome".into(), c.summary_line()),
+    ];
+    props.extend(
+        c.what_changed
+            .iter()
+            .map(|ch| (format!("what changed: {}", ch.what), ch.to_string())),
+    );
+    w.write_event(Event::Start(BytesStart::new("properties")))?;
+    for (name, value) in &props {
+        let mut p = BytesStart::new("property");
+        p.push_attribute(("name", clean(name).as_str()));
+        p.push_attribute(("value", clean(value).as_str()));
+        w.write_event(Event::Empty(p))?;
+    }
+    w.write_event(Event::End(BytesEnd::new("properties")))?;
+    if let Some(line) = c.what_changed_line() {
+        write_system_out(w, &clean(&line))?;
+    }
+    Ok(())
+}
+
+/// A broken cell: a failure (or, with `--allow-missing`, skipped) testcase of its own.
+fn write_broken(w: &mut W, b: &super::BrokenCell, allowed: bool) -> std::io::Result<()> {
+    w.write_event(Event::Start(testcase(&b.cell_id, "cell")))?;
+    let message = clean(&b.to_string());
+    if allowed {
+        let mut s = BytesStart::new("skipped");
+        s.push_attribute((
+            "message",
+            format!("allowed (--allow-missing): {message}").as_str(),
+        ));
+        w.write_event(Event::Empty(s))?;
+    } else {
+        let mut f = BytesStart::new("failure");
+        f.push_attribute(("message", message.as_str()));
+        f.push_attribute(("type", "broken"));
+        w.write_event(Event::Start(f))?;
+        w.write_event(Event::Text(BytesText::new(&message)))?;
+        w.write_event(Event::End(BytesEnd::new("failure")))?;
     }
     w.write_event(Event::End(BytesEnd::new("testcase")))
 }

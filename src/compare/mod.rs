@@ -1,27 +1,38 @@
 //! A/B regression verdicts between two runs. The unit of evidence is a repeat (a fresh boot and
-//! a fresh disk): for every cell and headline metric, one value per repeat on each side goes into
-//! Welch's t-test on log values, the p-values of all verdict rows of the comparison are adjusted
-//! together (Holm-Bonferroni by default), and a change counts only when its adjusted p is under
-//! alpha and it is larger than the noise threshold. Per-second samples never decide: they share
-//! one boot, one disk and one host state, so run-to-run variance would be missing from the null
-//! hypothesis; they are shown as within-run CV, a stability diagnostic.
+//! a fresh disk): for every cell and fact of its verdict family, one value per repeat on each
+//! side goes into Welch's t-test on log values, the p-values of all verdict rows of the
+//! comparison are adjusted together (Holm-Bonferroni by default), and a change counts only when
+//! its adjusted p is under alpha and it is larger than the noise threshold. "No change" is shown,
+//! not assumed: the 95% confidence interval of the change must lie inside +-threshold (an
+//! equivalence test); a row that is neither is inconclusive and says what it could not rule out.
+//! Per-second samples never decide: they share one boot, one disk and one host state, so
+//! run-to-run variance would be missing from the null hypothesis; they are shown as within-run
+//! CV, a stability diagnostic.
 //!
-//! `junit.rs` writes the verdicts as JUnit XML for CI; `recommend.rs` ranks the cells of one run.
+//! `provenance.rs` splits what measured (the instrument: a change makes rows not comparable)
+//! from what is judged (the system under test: a change is reported first, and compared);
+//! `broken.rs` finds cells that passed in the baseline and broke in the candidate; `junit.rs`
+//! writes the verdicts as JUnit XML for CI; `recommend.rs` ranks the cells of one run.
 
 #![warn(missing_docs)]
 
+pub mod broken;
 mod junit;
+pub mod provenance;
 pub mod recommend;
 pub mod stats;
 
+pub use broken::{broken_cells, Breakage, BrokenCell};
+pub use provenance::{instrument_mismatch, provenance_mismatch, SystemChange};
 pub use stats::Correction;
 
-use crate::results::{Better, CellResult, Metric, Outcome, Provenance, RunRecord, Value};
+use crate::results::{Better, CellResult, Metric, Outcome, RunRecord, Value};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Metric keys that get a verdict by default: the figures a storage change shows in first.
+/// Metric keys that may get a verdict by default: the figures a storage change shows in first.
+/// Which of them do in a cell is [`family_keys`]: one verdict per independent fact.
 pub const HEADLINE_METRICS: [&str; 11] = [
     "read_iops",
     "write_iops",
@@ -36,11 +47,74 @@ pub const HEADLINE_METRICS: [&str; 11] = [
     "random_seeks_ps",
 ];
 
+/// How a cell's workload moves data, which decides its throughput fact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Random fio jobs (and user job files): IOPS is the fact, bandwidth is IOPS x block size.
+    Random,
+    /// Sequential fio jobs (`seq-*` presets): bandwidth is the fact, IOPS is bandwidth / block.
+    Sequential,
+    /// bonnie++: its block output, block input and seek rates.
+    Bonnie,
+}
+
+impl Access {
+    /// The access of a cell's workload. User job files count as random (their IOPS decides).
+    pub fn of(cell: &crate::cell::Cell) -> Access {
+        match &cell.workload {
+            crate::cell::WorkloadId::Preset(p) if p == "bonnie" => Access::Bonnie,
+            crate::cell::WorkloadId::Preset(p) if p.starts_with("seq-") => Access::Sequential,
+            _ => Access::Random,
+        }
+    }
+}
+
+/// The default verdict family of a cell: one key per independent fact. The derived twin
+/// (bandwidth of a random job, IOPS of a sequential one) repeats its fact with the same p, and
+/// counting it twice would halve every row's share of alpha; it is shown as information.
+pub fn family_keys(access: Access) -> &'static [&'static str] {
+    const LATENCY: [&str; 4] = [
+        "read_lat_mean_us",
+        "write_lat_mean_us",
+        "read_lat_p99_us",
+        "write_lat_p99_us",
+    ];
+    const RANDOM: [&str; 6] = [
+        "read_iops",
+        "write_iops",
+        LATENCY[0],
+        LATENCY[1],
+        LATENCY[2],
+        LATENCY[3],
+    ];
+    const SEQUENTIAL: [&str; 6] = [
+        "read_bw_mib_s",
+        "write_bw_mib_s",
+        LATENCY[0],
+        LATENCY[1],
+        LATENCY[2],
+        LATENCY[3],
+    ];
+    match access {
+        Access::Random => &RANDOM,
+        Access::Sequential => &SEQUENTIAL,
+        Access::Bonnie => &["seq_out_block_kps", "seq_in_block_kps", "random_seeks_ps"],
+    }
+}
+
+/// The verdict family in words, as every output states it.
+pub const FAMILY: &str = "one verdict per fact and cell: IOPS (random jobs) or bandwidth \
+    (sequential jobs), mean and p99 latency, bonnie++ block output, block input and seeks; \
+    the derived twin (bandwidth of random jobs, IOPS of sequential jobs) is information";
+
 /// Metric keys that check the workload's mix rather than measure merit: never a verdict.
 pub const MIX_CHECKS: [&str; 1] = ["read_share_pct"];
 
 /// The smallest number of repeats per side the t-test needs (a spread needs two values).
 pub const MIN_REPEATS: usize = 2;
+
+/// The most repeats per side a "repeats needed" estimate names before saying "more than".
+pub const MAX_REPEATS_NEEDED: usize = 50;
 
 /// How `compare` decides.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,12 +127,15 @@ pub struct CompareOptions {
     pub alpha: f64,
     /// How the p-values of the verdict rows are adjusted for their number.
     pub correction: Correction,
-    /// Metric keys given a verdict besides [`HEADLINE_METRICS`] (`--metric`).
+    /// Metric keys given a verdict besides the cell's family (`--metric`).
     pub extra_verdict_metrics: Vec<String>,
     /// Run-to-run noise seen in earlier runs, by (cell id, metric key) (`--noise-from-history`).
     pub history_noise: BTreeMap<(String, String), HistoryNoise>,
-    /// Compare even when provenance (fio, image, QEMU, host, CPU, guest kernel) differs.
+    /// Compare even when the instrument (fio, bonnie++, image, guest kernel, jobs) differs.
     pub force: bool,
+    /// Cells that passed in the baseline and broke in the candidate are information, not a
+    /// failure (`--allow-missing`).
+    pub allow_missing: bool,
 }
 
 impl Default for CompareOptions {
@@ -72,6 +149,7 @@ impl Default for CompareOptions {
             extra_verdict_metrics: vec![],
             history_noise: BTreeMap::new(),
             force: false,
+            allow_missing: false,
         }
     }
 }
@@ -128,9 +206,9 @@ impl CompareOptions {
         }
     }
 
-    fn is_verdict_metric(&self, key: &str) -> bool {
+    fn is_verdict_metric(&self, key: &str, access: Access) -> bool {
         !MIX_CHECKS.contains(&key)
-            && (HEADLINE_METRICS.contains(&key)
+            && (family_keys(access).contains(&key)
                 || self.extra_verdict_metrics.iter().any(|k| k == key))
     }
 }
@@ -143,15 +221,12 @@ pub enum Verdict {
     Improvement,
     /// Significantly worse (adjusted p under alpha), beyond the threshold.
     Regression,
-    /// Within the threshold, or not significant with a spread that would have shown a
-    /// threshold-sized change.
+    /// Shown to be within the threshold: the 95% CI of the change lies inside +-threshold.
     NoSignificantChange,
-    /// Not significant, and the spread is so wide that a change of the threshold's size could not
-    /// have been seen: more repeats or a quieter host are needed.
-    VarianceTooLarge,
-    /// Too few repeats for the test to decide; the reason says how many are needed.
+    /// Not decided; the reason says what could not be ruled out, or why no test ran.
     Inconclusive(String),
-    /// Shown for information, without a verdict (not a headline metric, or a mix check).
+    /// Shown for information, without a verdict (a derived twin, not a headline metric, a mix
+    /// check).
     Info,
     /// The two sides cannot be compared; the reason names why.
     NotComparable(String),
@@ -172,8 +247,7 @@ impl fmt::Display for Verdict {
         match self {
             Verdict::Improvement => f.write_str("improvement"),
             Verdict::Regression => f.write_str("REGRESSION"),
-            Verdict::NoSignificantChange => f.write_str("no significant change"),
-            Verdict::VarianceTooLarge => f.write_str("inconclusive: variance too large"),
+            Verdict::NoSignificantChange => f.write_str("no change (95% CI inside ±threshold)"),
             Verdict::Inconclusive(why) => write!(f, "inconclusive: {why}"),
             Verdict::Info => f.write_str("info (no verdict)"),
             Verdict::NotComparable(why) => write!(f, "not comparable: {why}"),
@@ -218,6 +292,21 @@ pub struct SideStats {
     pub within_run_cv_pct: Option<f64>,
 }
 
+/// The spread a row's test saw, on the scale it tested: what "repeats needed" and the smallest
+/// visible change are computed from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Spread {
+    /// Sample variances of each side (of ln values for welch-log, else relative to the
+    /// baseline mean, so both scales are "fractions of the baseline").
+    var_b: f64,
+    var_c: f64,
+    /// The test's estimate of the change on that scale.
+    diff: f64,
+    /// The test's standard error and Welch df at the row's own n.
+    se: f64,
+    df: f64,
+}
+
 /// The verdict on one metric of one cell.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricComparison {
@@ -249,6 +338,8 @@ pub struct MetricComparison {
     pub p_value: Option<f64>,
     /// p-value adjusted over the comparison's verdict rows (verdict rows only).
     pub p_adjusted: Option<f64>,
+    /// Welch-Satterthwaite degrees of freedom of the test.
+    pub df: Option<f64>,
     /// The test used.
     pub method: Method,
     /// Values (repeats) on the baseline side.
@@ -261,8 +352,19 @@ pub struct MetricComparison {
     pub threshold_source: String,
     /// The verdict.
     pub verdict: Verdict,
+    /// Inconclusive rows: the change furthest from 0 the 95% CI still allows, in percent.
+    pub could_not_rule_out_pct: Option<f64>,
+    /// Inconclusive rows: repeats per side that would decide the row at the observed spread and
+    /// change (Welch df at that n); `None` when more than [`MAX_REPEATS_NEEDED`] or unknown.
+    pub repeats_needed: Option<usize>,
+    /// Verdict rows: the smallest drop (in percent, as a loss of performance) that this row
+    /// would have called a regression: the threshold, or what the spread, n and the family's
+    /// strictest level allow, whichever is larger. `None` without a test.
+    pub smallest_visible_drop_pct: Option<f64>,
     /// What a reader should know, e.g. repeats left out as too fast to measure.
     pub note: Option<String>,
+    #[serde(skip)]
+    spread: Option<Spread>,
 }
 
 impl MetricComparison {
@@ -272,18 +374,33 @@ impl MetricComparison {
     }
 }
 
+/// The smallest drop a whole comparison could have seen: the largest of its verdict rows'.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VisibleDrop {
+    /// In percent; `None` when some verdict row had no test at all (no drop could be seen).
+    pub pct: Option<f64>,
+    /// The row that sets it: `LABEL KEY (n=B vs C)`.
+    pub row: String,
+}
+
 /// The verdicts of a whole A/B comparison.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
+    /// System-under-test changes (QEMU, libvirt, host kernel ...), printed before anything.
+    pub what_changed: Vec<SystemChange>,
     /// One row per cell x metric present in both runs.
     pub rows: Vec<MetricComparison>,
+    /// Cells that passed in the baseline and broke in the candidate: each a verdict of its own.
+    pub broken: Vec<BrokenCell>,
+    /// Whether broken cells are information only (`--allow-missing`).
+    pub allow_missing: bool,
     /// Baseline run id.
     pub baseline_run: String,
     /// Candidate run id.
     pub candidate_run: String,
-    /// Cells in only one run, as "`cell-id` (only in baseline|candidate)".
+    /// Cells in only one run and not broken, as "`cell-id` (only in baseline|candidate)".
     pub missing_cells: Vec<String>,
-    /// Cells in both runs without a passed repeat on one side, with why.
+    /// Cells in both runs without a passed repeat on one side and not broken, with why.
     pub unpassed_cells: Vec<String>,
     /// Family-wise significance level.
     pub alpha: f64,
@@ -291,17 +408,27 @@ pub struct Comparison {
     pub correction: Correction,
     /// Verdict rows whose p-values were adjusted together.
     pub family_size: usize,
+    /// The verdict family, in words.
+    pub family: String,
+    /// The smallest drop the comparison could have seen in every verdict row.
+    pub smallest_visible_drop: Option<VisibleDrop>,
+    /// What the exit code says.
+    pub outcome: CompareOutcome,
+    /// The process exit code.
+    pub exit_code: i32,
 }
 
 /// What `compare`'s exit code says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CompareOutcome {
-    /// Exit 0: some verdict rows decided, none a regression.
+    /// Exit 0: every verdict row decided, none a regression, no cell broke.
     NoRegression,
     /// Exit 1: at least one significant regression.
     Regression,
-    /// Exit 3: no verdict row could decide (all inconclusive or not comparable, or none).
+    /// Exit 1: a cell passed in the baseline and failed, went missing or became unsupported.
+    Broken,
+    /// Exit 3: nothing regressed or broke, but some verdict row (or all) is undecided.
     Undecided,
 }
 
@@ -310,7 +437,7 @@ impl CompareOutcome {
     pub fn exit_code(self) -> i32 {
         match self {
             CompareOutcome::NoRegression => 0,
-            CompareOutcome::Regression => 1,
+            CompareOutcome::Regression | CompareOutcome::Broken => 1,
             CompareOutcome::Undecided => 3,
         }
     }
@@ -322,18 +449,26 @@ impl Comparison {
         self.rows.iter().any(|r| r.verdict == Verdict::Regression)
     }
 
-    /// Regression, no regression, or nothing decided.
+    /// Whether a broken cell fails the comparison.
+    pub fn fails_on_broken(&self) -> bool {
+        !self.broken.is_empty() && !self.allow_missing
+    }
+
+    /// Regression or broken cell (exit 1), all decided (0), or not proven (3).
     pub fn outcome(&self) -> CompareOutcome {
+        let verdict_rows = self.rows.iter().filter(|r| r.is_verdict_row());
         if self.has_regression() {
             CompareOutcome::Regression
-        } else if self.rows.iter().any(|r| r.verdict.is_decided()) {
+        } else if self.fails_on_broken() {
+            CompareOutcome::Broken
+        } else if self.family_size > 0 && verdict_rows.clone().all(|r| r.verdict.is_decided()) {
             CompareOutcome::NoRegression
         } else {
             CompareOutcome::Undecided
         }
     }
 
-    /// The process exit code: 0 no regression, 1 regression, 3 nothing decided.
+    /// The process exit code: 0 no regression shown, 1 regression or broken cell, 3 not proven.
     pub fn exit_code(&self) -> i32 {
         self.outcome().exit_code()
     }
@@ -342,9 +477,22 @@ impl Comparison {
     pub fn method_line(&self) -> String {
         format!(
             "method: Welch's t-test on log values, one value per repeat (per-second samples never \
-             decide); {} over {} verdict row(s), alpha {}",
+             decide); {} over {} verdict row(s), alpha {}; no change only when the 95% CI of the \
+             change lies inside ±threshold",
             self.correction, self.family_size, self.alpha
         )
+    }
+
+    /// `what changed: ...`, or `None` when the system under test did not change.
+    pub fn what_changed_line(&self) -> Option<String> {
+        let compared: std::collections::BTreeSet<&str> =
+            self.rows.iter().map(|r| r.cell_id.as_str()).collect();
+        provenance::what_changed_line(&self.what_changed, compared.len())
+    }
+
+    /// The last line: counts, and what the exit code means.
+    pub fn summary_line(&self) -> String {
+        table::summary(self)
     }
 
     /// A terminal table of every row, regressions marked.
@@ -394,8 +542,13 @@ impl<'a> Side<'a> {
 /// Compares every cell and metric of `candidate` against `baseline`.
 pub fn compare(baseline: &RunRecord, candidate: &RunRecord, opts: &CompareOptions) -> Comparison {
     let (b, c) = (Side::new(baseline), Side::new(candidate));
+    let broken = broken_cells(baseline, candidate);
+    let is_broken = |id: &str| broken.iter().any(|x| x.cell_id == id);
     let mut out = Comparison {
+        what_changed: vec![],
         rows: vec![],
+        broken: vec![],
+        allow_missing: opts.allow_missing,
         baseline_run: baseline.run_id.clone(),
         candidate_run: candidate.run_id.clone(),
         missing_cells: vec![],
@@ -403,17 +556,30 @@ pub fn compare(baseline: &RunRecord, candidate: &RunRecord, opts: &CompareOption
         alpha: opts.alpha,
         correction: opts.correction,
         family_size: 0,
+        family: FAMILY.to_string(),
+        smallest_visible_drop: None,
+        outcome: CompareOutcome::Undecided,
+        exit_code: CompareOutcome::Undecided.exit_code(),
     };
     for id in &b.order {
         if !c.order.contains(id) {
-            out.missing_cells.push(format!("{id} (only in baseline)"));
+            if !is_broken(id) {
+                out.missing_cells.push(format!("{id} (only in baseline)"));
+            }
             continue;
         }
         match (b.passed.get(id), c.passed.get(id)) {
-            (Some(br), Some(cr)) => out.rows.extend(compare_cell(br, cr, opts)),
+            (Some(br), Some(cr)) => {
+                provenance::merge_changes(
+                    &mut out.what_changed,
+                    provenance::system_changes(&br[0].provenance, &cr[0].provenance),
+                );
+                out.rows.extend(compare_cell(br, cr, opts));
+            }
             (None, _) => out
                 .unpassed_cells
                 .push(format!("{id}: baseline {}", b.why_not[id])),
+            (_, None) if is_broken(id) => {}
             (_, None) => out
                 .unpassed_cells
                 .push(format!("{id}: candidate {}", c.why_not[id])),
@@ -422,7 +588,11 @@ pub fn compare(baseline: &RunRecord, candidate: &RunRecord, opts: &CompareOption
     for id in c.order.iter().filter(|id| !b.order.contains(id)) {
         out.missing_cells.push(format!("{id} (only in candidate)"));
     }
+    out.broken = broken;
     out.family_size = decide_family(&mut out.rows, opts);
+    out.smallest_visible_drop = smallest_visible_drop(&out.rows);
+    out.outcome = out.outcome();
+    out.exit_code = out.outcome.exit_code();
     out
 }
 
@@ -441,22 +611,149 @@ fn decide_family(rows: &mut [MetricComparison], opts: &CompareOptions) -> usize 
         .map(|&i| rows[i].p_value.unwrap_or(1.0))
         .collect();
     let adjusted = opts.correction.adjust(&raw);
+    // Holm's first step (and Bonferroni): the level the strictest row must pass.
+    let level = opts.alpha / family.len().max(1) as f64;
     for (&i, p) in family.iter().zip(adjusted) {
-        rows[i].p_adjusted = Some(p);
-        rows[i].verdict = decide(&rows[i], p, opts.alpha, family.len());
-        if rows[i].verdict == Verdict::VarianceTooLarge {
-            let level = opts.alpha / family.len().max(1) as f64;
-            let need = repeats_needed(&rows[i], level)
-                .map_or_else(|| "more than 50".to_string(), |k| format!(">= {k}"));
+        let r = &mut rows[i];
+        r.p_adjusted = Some(p);
+        r.smallest_visible_drop_pct = r
+            .spread
+            .map(|s| visible_drop_pct(&s, level, r.threshold_pct));
+        r.verdict = decide(r, p, opts.alpha);
+        if let Verdict::Inconclusive(_) = r.verdict {
+            r.could_not_rule_out_pct =
+                r.change_ci_pct
+                    .map(|(lo, hi)| if lo.abs() >= hi.abs() { lo } else { hi });
+            r.repeats_needed = r
+                .spread
+                .and_then(|s| repeats_needed(&s, level, r.threshold_pct));
+            let need = match r.repeats_needed {
+                Some(k) => format!("about {k} repeats per side would decide it"),
+                None => format!("more than {MAX_REPEATS_NEEDED} repeats per side would be needed"),
+            };
             let more = format!(
-                "n={} vs {} repeats at this spread cannot show a {:.1}% change at the adjusted \
-                 level, need {need} per side",
-                rows[i].n_baseline, rows[i].n_candidate, rows[i].threshold_pct
+                "n={} vs {} at this spread: {need} (Welch df {:.1})",
+                r.n_baseline,
+                r.n_candidate,
+                r.df.unwrap_or(f64::NAN)
             );
-            rows[i].note = Some(join_note(rows[i].note.take(), &more));
+            r.note = Some(join_note(r.note.take(), &more));
         }
     }
     family.len()
+}
+
+/// The verdict rules of a tested row, in order: significant (adjusted p under alpha) and beyond
+/// the threshold gives the direction; a 95% CI inside +-threshold is no change (equivalence);
+/// anything else is inconclusive, with the change the interval could not rule out.
+fn decide(r: &MetricComparison, p_adjusted: f64, alpha: f64) -> Verdict {
+    let thr = r.threshold_pct;
+    if p_adjusted < alpha && r.change_pct.abs() >= thr {
+        let rose = r.change_pct > 0.0;
+        return match (rose, r.better) {
+            (true, Better::Higher) | (false, Better::Lower) => Verdict::Improvement,
+            _ => Verdict::Regression,
+        };
+    }
+    let Some((lo, hi)) = r.change_ci_pct else {
+        return Verdict::Inconclusive("no confidence interval of the change".into());
+    };
+    if lo > -thr && hi < thr {
+        return Verdict::NoSignificantChange;
+    }
+    let ci = format!("95% CI [{lo:+.1}%, {hi:+.1}%], threshold ±{thr:.1}%");
+    if lo > 0.0 || hi < 0.0 {
+        return Verdict::Inconclusive(format!(
+            "a change of {:+.1}% ({ci}) is not significant at the adjusted level (adjusted p \
+             {p_adjusted:.4}, alpha {alpha})",
+            r.change_pct
+        ));
+    }
+    let x = if lo.abs() >= hi.abs() { lo } else { hi };
+    Verdict::Inconclusive(format!("could not rule out a change of {x:+.1}% ({ci})"))
+}
+
+/// Welch-Satterthwaite degrees of freedom of two sides of `n` values with these variances.
+fn welch_df(var_b: f64, var_c: f64, n: usize) -> f64 {
+    let (vb, vc) = (var_b / n as f64, var_c / n as f64);
+    let nm1 = (n - 1) as f64;
+    let denom = vb * vb / nm1 + vc * vc / nm1;
+    if denom == 0.0 {
+        (2 * n - 2) as f64
+    } else {
+        (vb + vc).powi(2) / denom
+    }
+}
+
+/// The half-width of a two-sided `1 - level` interval with `n` repeats per side.
+fn half_width(s: &Spread, n: usize, level: f64) -> f64 {
+    let se = (s.var_b / n as f64 + s.var_c / n as f64).sqrt();
+    stats::student_t_quantile(1.0 - level / 2.0, welch_df(s.var_b, s.var_c, n)) * se
+}
+
+/// The fewest repeats per side (up to [`MAX_REPEATS_NEEDED`]) that would decide the row at its
+/// observed spread and change: its 95% CI inside the threshold when the change is within it,
+/// else the change significant at `level`. Welch's df at that n, never the optimistic n+m-2.
+fn repeats_needed(s: &Spread, level: f64, threshold_pct: f64) -> Option<usize> {
+    let (lo, hi) = (
+        (1.0 - threshold_pct / 100.0).ln(),
+        (1.0 + threshold_pct / 100.0).ln(),
+    );
+    let within = s.diff > lo && s.diff < hi;
+    let decided = |n: usize| {
+        if within {
+            let h = half_width(s, n, 0.05);
+            s.diff - h > lo && s.diff + h < hi
+        } else {
+            half_width(s, n, level) < s.diff.abs()
+        }
+    };
+    (MIN_REPEATS..=MAX_REPEATS_NEEDED).find(|&n| decided(n))
+}
+
+/// The smallest drop (percent of the baseline, as a loss) the row would have called a
+/// regression: the threshold, or the change whose interval at `level` just excludes 0.
+fn visible_drop_pct(s: &Spread, level: f64, threshold_pct: f64) -> f64 {
+    let h = s.half_width_observed(level);
+    let drop = (1.0 - (-h).exp()) * 100.0;
+    drop.max(threshold_pct)
+}
+
+impl Spread {
+    /// The half-width of the `1 - level` interval at the row's own n and Welch df.
+    fn half_width_observed(&self, level: f64) -> f64 {
+        stats::student_t_quantile(1.0 - level / 2.0, self.df) * self.se
+    }
+}
+
+/// The smallest drop every verdict row could have seen: the largest row value.
+fn smallest_visible_drop(rows: &[MetricComparison]) -> Option<VisibleDrop> {
+    let name = |r: &MetricComparison| {
+        format!(
+            "{} {} (n={} vs {})",
+            r.label, r.key, r.n_baseline, r.n_candidate
+        )
+    };
+    let verdict_rows: Vec<&MetricComparison> = rows.iter().filter(|r| r.is_verdict_row()).collect();
+    if let Some(r) = verdict_rows
+        .iter()
+        .find(|r| r.smallest_visible_drop_pct.is_none() && r.verdict != Verdict::Info)
+    {
+        if !matches!(r.verdict, Verdict::NotComparable(_)) {
+            return Some(VisibleDrop {
+                pct: None,
+                row: name(r),
+            });
+        }
+    }
+    verdict_rows
+        .iter()
+        .filter_map(|r| Some((r.smallest_visible_drop_pct?, *r)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(pct, r)| VisibleDrop {
+            pct: Some(pct),
+            row: name(r),
+        })
 }
 
 /// Earlier runs' spread, per (cell id, metric key): the CV of per-run means over the runs in
@@ -500,45 +797,27 @@ pub fn history_noise(
         .collect()
 }
 
-/// The provenance fields that change benchmark figures, by the name a user sees.
-fn provenance_fields(p: &Provenance) -> [(&'static str, &str); 7] {
-    [
-        ("fio version", &p.fio),
-        ("bonnie++ version", &p.bonnie),
-        ("guest image", &p.image),
-        ("qemu version", &p.qemu),
-        ("host", &p.host),
-        ("host CPU model", &p.cpu_model),
-        ("guest kernel", &p.guest_kernel),
-    ]
-}
-
-/// Why two provenances are not comparable, or `None` when they are.
-pub fn provenance_mismatch(a: &Provenance, b: &Provenance) -> Option<String> {
-    let diffs: Vec<String> = provenance_fields(a)
-        .iter()
-        .zip(provenance_fields(b))
-        .filter(|((_, x), (_, y))| x != y)
-        .map(|((name, x), (_, y))| format!("{name} differs ('{x}' vs '{y}')"))
-        .collect();
-    (!diffs.is_empty()).then(|| diffs.join("; "))
-}
-
 fn compare_cell(
     base: &[&CellResult],
     cand: &[&CellResult],
     opts: &CompareOptions,
 ) -> Vec<MetricComparison> {
-    let mismatch = provenance_mismatch(&base[0].provenance, &cand[0].provenance)
-        .filter(|_| !opts.force)
-        .map(|m| format!("{m}; use --force to compare anyway"));
+    let mismatch = instrument_mismatch(&base[0].provenance, &cand[0].provenance);
+    let (refuse, forced) = match mismatch {
+        Some(m) if opts.force => (None, Some(format!("compared despite: {m} (--force)"))),
+        Some(m) => (Some(format!("{m}; use --force to compare anyway")), None),
+        None => (None, None),
+    };
+    let access = Access::of(&base[0].cell);
     metric_keys(base, cand)
         .into_iter()
         .map(|key| {
-            let mut row = compare_metric(base, cand, &key, opts);
-            if let Some(m) = &mismatch {
-                if row.verdict != Verdict::Info {
+            let mut row = compare_metric(base, cand, &key, access, opts);
+            if row.verdict != Verdict::Info {
+                if let Some(m) = &refuse {
                     row.verdict = Verdict::NotComparable(m.clone());
+                } else if let Some(f) = &forced {
+                    row.note = Some(join_note(row.note.take(), f));
                 }
             }
             row
@@ -601,35 +880,60 @@ impl Values {
     }
 }
 
-/// The row's test: Welch on ln(value) when every value is positive, else on the values.
-/// Returns the method, the test, and the 95 % CI of the change in percent.
-fn test_values(b: &[f64], c: &[f64]) -> (Method, Option<stats::Welch>, Option<(f64, f64)>) {
+/// The result of a row's test.
+struct Tested {
+    method: Method,
+    welch: Option<stats::Welch>,
+    /// 95 % CI of the change, in percent.
+    ci: Option<(f64, f64)>,
+    spread: Option<Spread>,
+}
+
+/// The row's test: Welch on ln(value) when every value is positive, else on the values (scaled
+/// by the baseline mean, so the spread is in fractions of the baseline either way).
+fn test_values(b: &[f64], c: &[f64]) -> Tested {
     let positive = b.iter().chain(c).all(|x| *x > 0.0);
-    if positive {
-        let (lb, lc): (Vec<f64>, Vec<f64>) = (
-            b.iter().map(|x| x.ln()).collect(),
-            c.iter().map(|x| x.ln()).collect(),
-        );
-        let w = stats::welch(&lb, &lc);
-        let ci = w.map(|w| {
-            let (lo, hi) = w.ci(0.95);
-            ((lo.exp() - 1.0) * 100.0, (hi.exp() - 1.0) * 100.0)
-        });
+    let (method, lb, lc, to_pct): (Method, Vec<f64>, Vec<f64>, fn(f64) -> f64) = if positive {
         (
             Method::WelchLog,
-            w,
-            ci.filter(|(lo, hi)| lo.is_finite() && hi.is_finite()),
+            b.iter().map(|x| x.ln()).collect(),
+            c.iter().map(|x| x.ln()).collect(),
+            |d| (d.exp() - 1.0) * 100.0,
         )
     } else {
-        let w = stats::welch(b, c);
-        let mb = stats::mean(b).unwrap_or(f64::NAN);
-        let ci = w
-            .map(|w| {
-                let (lo, hi) = w.ci(0.95);
-                (lo / mb.abs() * 100.0, hi / mb.abs() * 100.0)
-            })
-            .filter(|(lo, hi)| lo.is_finite() && hi.is_finite());
-        (Method::WelchRaw, w, ci)
+        let mb = stats::mean(b).unwrap_or(f64::NAN).abs();
+        (
+            Method::WelchRaw,
+            b.iter().map(|x| x / mb).collect(),
+            c.iter().map(|x| x / mb).collect(),
+            |d| d * 100.0,
+        )
+    };
+    let welch = stats::welch(&lb, &lc);
+    let ci = welch
+        .map(|w| {
+            let (lo, hi) = w.ci(0.95);
+            (to_pct(lo), to_pct(hi))
+        })
+        .filter(|(lo, hi)| lo.is_finite() && hi.is_finite());
+    let spread = welch.and_then(|w| {
+        let s = Spread {
+            var_b: stats::stddev(&lb)?.powi(2),
+            var_c: stats::stddev(&lc)?.powi(2),
+            diff: w.diff,
+            se: w.se,
+            df: w.df,
+        };
+        [s.var_b, s.var_c, s.diff, s.se, s.df]
+            .iter()
+            .all(|v| v.is_finite())
+            .then_some(s)
+    });
+    Tested {
+        method,
+        welch,
+        ci,
+        spread,
     }
 }
 
@@ -637,6 +941,7 @@ fn compare_metric(
     base: &[&CellResult],
     cand: &[&CellResult],
     key: &str,
+    access: Access,
     opts: &CompareOptions,
 ) -> MetricComparison {
     let meta: &Metric = base
@@ -654,9 +959,16 @@ fn compare_metric(
     }
     let (bs, cs) = (bv.side_stats(), cv.side_stats());
     let change_pct = (cs.mean - bs.mean) / bs.mean.abs() * 100.0;
-    let (method, welch, change_ci_pct) = test_values(&bv.numbers, &cv.numbers);
+    let tested = test_values(&bv.numbers, &cv.numbers);
+    let welch = tested.welch;
     let (threshold_pct, threshold_source) = opts.threshold_for(&base[0].cell_id, key);
-    let verdict = if !opts.is_verdict_metric(key) {
+    let verdict = if !opts.is_verdict_metric(key, access) {
+        if family_keys(access).iter().any(|k| twin(k) == Some(key)) {
+            note = Some(join_note(
+                note,
+                "derived twin of a family fact (same p): information",
+            ));
+        }
         Verdict::Info
     } else {
         precheck(&bv.numbers, &cv.numbers, change_pct)
@@ -673,11 +985,12 @@ fn compare_metric(
         baseline: bs,
         candidate: cs,
         change_pct,
-        change_ci_pct,
+        change_ci_pct: tested.ci,
         p_value: welch.map(|w| w.p),
         p_adjusted: None,
+        df: welch.map(|w| w.df),
         method: if welch.is_some() {
-            method
+            tested.method
         } else {
             Method::None
         },
@@ -686,8 +999,23 @@ fn compare_metric(
         threshold_pct,
         threshold_source,
         verdict,
+        could_not_rule_out_pct: None,
+        repeats_needed: None,
+        smallest_visible_drop_pct: None,
         note,
+        spread: tested.spread,
     }
+}
+
+/// The derived twin of a throughput fact: the same figure in the other unit.
+fn twin(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "read_iops" => "read_bw_mib_s",
+        "write_iops" => "write_bw_mib_s",
+        "read_bw_mib_s" => "read_iops",
+        "write_bw_mib_s" => "write_iops",
+        _ => return None,
+    })
 }
 
 fn join_note(note: Option<String>, more: &str) -> String {
@@ -731,68 +1059,10 @@ fn precheck(base: &[f64], cand: &[f64], change_pct: f64) -> Verdict {
     if base.len() < MIN_REPEATS || cand.len() < MIN_REPEATS {
         return Verdict::Inconclusive(format!(
             "n={} vs {} repeats cannot reach the adjusted level, need >= {MIN_REPEATS} per side \
-             (run with --repeat 5)",
+             (run with --repeat 8)",
             base.len(),
             cand.len()
         ));
     }
     Verdict::NoSignificantChange
-}
-
-/// The verdict rules of a tested row, in order: significant (adjusted p under alpha) and beyond
-/// the threshold gives the direction; within the threshold is no change; otherwise the spread
-/// decides whether a threshold-sized change could have been seen at all.
-fn decide(r: &MetricComparison, p_adjusted: f64, alpha: f64, family: usize) -> Verdict {
-    if r.change_pct.abs() < r.threshold_pct {
-        return Verdict::NoSignificantChange;
-    }
-    if p_adjusted < alpha {
-        let rose = r.change_pct > 0.0;
-        return match (rose, r.better) {
-            (true, Better::Higher) | (false, Better::Lower) => Verdict::Improvement,
-            _ => Verdict::Regression,
-        };
-    }
-    if could_see_threshold(r, alpha / family.max(1) as f64) {
-        Verdict::NoSignificantChange
-    } else {
-        Verdict::VarianceTooLarge
-    }
-}
-
-/// Whether a change of the threshold's size, at the row's spread and n, would pass the
-/// strictest per-row level of the family (Bonferroni's alpha / m, Holm's first step).
-fn could_see_threshold(r: &MetricComparison, level: f64) -> bool {
-    visible_at(r, r.n_baseline, r.n_candidate, level)
-}
-
-/// [`could_see_threshold`] with `nb` and `nc` repeats at the row's observed CVs.
-fn visible_at(r: &MetricComparison, nb: usize, nc: usize, level: f64) -> bool {
-    let (Some(cb), Some(cc)) = (r.baseline.cv_pct, r.candidate.cv_pct) else {
-        return false;
-    };
-    // On the log scale a CV of c% is about a standard deviation of c/100.
-    let se = ((cb / 100.0).powi(2) / nb as f64 + (cc / 100.0).powi(2) / nc as f64).sqrt();
-    let df = (nb + nc - 2) as f64;
-    let t_crit = stats::student_t_quantile(1.0 - level / 2.0, df);
-    t_crit * se < (1.0 + r.threshold_pct / 100.0).ln()
-}
-
-/// The fewest repeats per side (up to 50) at which a threshold-sized change would show.
-fn repeats_needed(r: &MetricComparison, level: f64) -> Option<usize> {
-    const MAX: usize = 50;
-    if !visible_at(r, MAX, MAX, level) {
-        return None;
-    }
-    // Visibility only grows with n: bisect for the first n that shows the change.
-    let (mut lo, mut hi) = (MIN_REPEATS, MAX);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if visible_at(r, mid, mid, level) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    Some(lo)
 }

@@ -1,5 +1,6 @@
-//! The terminal rendering of a comparison: aligned columns, regressions flagged, and the cells
-//! that could not be compared listed below.
+//! The terminal rendering of a comparison: what changed in the system under test first, then
+//! aligned columns with regressions and broken cells flagged, the cells that could not be
+//! compared below, and one summary line saying what the exit code means.
 
 use super::{Comparison, MetricComparison, SideStats, Verdict};
 use crate::results::Better;
@@ -21,9 +22,10 @@ const HEADERS: [&str; 11] = [
 /// Columns whose contents are numbers, right-aligned so their digits line up.
 const NUMERIC: [usize; 6] = [2, 3, 4, 5, 6, 8];
 
-/// Renders the method, every row, then missing and unpassed cells and the outcome.
+/// Renders what changed, the method, every row, then missing and unpassed cells and the outcome.
 pub(super) fn render(c: &Comparison) -> String {
-    let rows: Vec<Vec<String>> = c.rows.iter().map(row).collect();
+    let mut rows: Vec<Vec<String>> = c.broken.iter().map(|b| broken_row(b, c)).collect();
+    rows.extend(c.rows.iter().map(row));
     let header: Vec<String> = HEADERS.iter().map(|h| h.to_string()).collect();
     let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
@@ -31,12 +33,17 @@ pub(super) fn render(c: &Comparison) -> String {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let mut out = format!(
-        "baseline {}  vs  candidate {}\n{}\n",
+    let mut out = c
+        .what_changed_line()
+        .map(|l| format!("{l}\n"))
+        .unwrap_or_default();
+    out.push_str(&format!(
+        "baseline {}  vs  candidate {}\n{}\nfamily: {}\n",
         c.baseline_run,
         c.candidate_run,
-        c.method_line()
-    );
+        c.method_line(),
+        c.family
+    ));
     out.push_str("direction: ↑ higher is better, ↓ lower is better; CV and n are across repeats\n");
     out.push_str(&line(&header, &widths));
     for r in &rows {
@@ -67,6 +74,7 @@ pub(super) fn render(c: &Comparison) -> String {
         out.push_str(&format!("not compared: {u}\n"));
     }
     out.push_str(&summary(c));
+    out.push('\n');
     // Failure reasons carry guest output; escape sequences must not reach the terminal.
     out.chars()
         .map(|ch| {
@@ -79,30 +87,83 @@ pub(super) fn render(c: &Comparison) -> String {
         .collect()
 }
 
-fn summary(c: &Comparison) -> String {
+/// The last line: counts and what the exit code means; for exit 3, the smallest drop the
+/// comparison could have seen.
+pub(super) fn summary(c: &Comparison) -> String {
     let count = |f: &dyn Fn(&Verdict) -> bool| c.rows.iter().filter(|r| f(&r.verdict)).count();
     let verdict_rows = c.rows.iter().filter(|r| r.is_verdict_row()).count();
     let regressions = count(&|v| *v == Verdict::Regression);
     let improvements = count(&|v| *v == Verdict::Improvement);
-    let undecided = count(&|v| {
-        matches!(
-            v,
-            Verdict::Inconclusive(_) | Verdict::VarianceTooLarge | Verdict::NotComparable(_)
-        )
-    });
+    let undecided = count(&|v| matches!(v, Verdict::Inconclusive(_) | Verdict::NotComparable(_)));
     let info = c.rows.len() - verdict_rows;
+    let broken = if c.broken.is_empty() {
+        String::new()
+    } else if c.allow_missing {
+        format!(
+            "{} broken cell(s) (allowed: --allow-missing); ",
+            c.broken.len()
+        )
+    } else {
+        format!("{} BROKEN cell(s); ", c.broken.len())
+    };
     let meaning = match c.outcome() {
-        super::CompareOutcome::Regression => "exit 1: significant regression",
-        super::CompareOutcome::NoRegression => "exit 0: no regression",
-        super::CompareOutcome::Undecided => {
-            "exit 3: nothing could be decided (every verdict row inconclusive or not comparable)"
+        super::CompareOutcome::Regression => "exit 1: significant regression".to_string(),
+        super::CompareOutcome::Broken => {
+            "exit 1: a cell that passed in the baseline broke in the candidate".to_string()
         }
+        super::CompareOutcome::NoRegression => {
+            "exit 0: no regression, every verdict row decided".to_string()
+        }
+        super::CompareOutcome::Undecided => format!("exit 3: not proven: {}", not_proven(c)),
     };
     format!(
-        "{verdict_rows} verdict row(s): {regressions} regression(s), {improvements} \
+        "{broken}{verdict_rows} verdict row(s): {regressions} regression(s), {improvements} \
          improvement(s), {undecided} undecided; {info} information row(s) without verdict; \
-         {meaning}\n"
+         {meaning}"
     )
+}
+
+/// Why exit 3: how little the comparison could have seen.
+fn not_proven(c: &Comparison) -> String {
+    match &c.smallest_visible_drop {
+        _ if c.family_size == 0 => {
+            "no verdict row could be tested (too few repeats, or nothing comparable)".into()
+        }
+        Some(super::VisibleDrop { pct: Some(p), row }) => format!(
+            "the smallest drop this comparison could have seen in every verdict row is {p:.1}% \
+             (set by {row})"
+        ),
+        Some(super::VisibleDrop { pct: None, row }) => {
+            format!("no drop of any size could have been seen in {row}")
+        }
+        None => "nothing could be decided".into(),
+    }
+}
+
+/// A broken cell as a verdict row of its own.
+fn broken_row(b: &super::BrokenCell, c: &Comparison) -> Vec<String> {
+    let dash = || "-".to_string();
+    let verdict = if c.allow_missing {
+        format!("broken (allowed): {b}")
+    } else {
+        format!("BROKEN: {b}")
+    };
+    vec![
+        b.label.clone(),
+        "cell".into(),
+        format!("passed n={}", b.baseline_repeats),
+        match b.breakage {
+            super::Breakage::Missing => "missing".into(),
+            k => format!("{} {}/{}", k.as_str(), b.bad_repeats, b.repeats),
+        },
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        verdict,
+    ]
 }
 
 fn line(cells: &[String], widths: &[usize]) -> String {

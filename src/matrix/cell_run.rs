@@ -128,6 +128,7 @@ impl CellCtx<'_, '_> {
     /// early return drops the domain handle, which destroys the domain.
     async fn pipeline(&mut self, backend: &mut dyn StorageBackend) -> Result<Parsed, CellError> {
         let plan = WorkPlan::new(self.env.cfg, self.cell)?;
+        self.prov.jobs = jobs_hash(&plan.steps.job_files);
         let disk = self.provision(backend, &plan)?;
         let spec = self.define(&disk, &plan)?;
         let mut booted = self.boot(&spec).await?;
@@ -539,6 +540,21 @@ impl WorkPlan {
         }
         Ok(WorkPlan { engine, steps })
     }
+}
+
+/// A short content hash of the job files the guest runs: the instrument's job definitions in
+/// the provenance, so a changed job (another preset text, runtime or size) is not compared as
+/// if it were the same measurement.
+fn jobs_hash(files: &[(&'static str, String)]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (name, text) in files {
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(text.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(&h.finalize()[..8])
 }
 
 fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), CellError> {

@@ -585,7 +585,10 @@ impl RunCtx {
                 Outcome::Unsupported(format!("unsupported on this host: {u}")),
             ));
         }
-        let prov = host_provenance(&shared.prov, cell, conn);
+        let mut prov = host_provenance(&shared.prov, cell, conn);
+        if let Some((name, _)) = server {
+            prov.storage_server = crate::storage::servers::version_of(name).unwrap_or_default();
+        }
         let env = CellEnv {
             cfg: &self.cfg,
             conn,

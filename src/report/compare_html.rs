@@ -21,7 +21,7 @@ fn class(v: &Verdict) -> &'static str {
         Verdict::Regression => "regression",
         Verdict::Improvement => "improvement",
         Verdict::NoSignificantChange => "nochange",
-        Verdict::VarianceTooLarge | Verdict::Inconclusive(_) => "inconclusive",
+        Verdict::Inconclusive(_) => "inconclusive",
         Verdict::Info => "info",
         Verdict::NotComparable(_) => "notcomparable",
     }
@@ -160,17 +160,27 @@ fn thresholds(cmp: &Comparison) -> String {
 }
 
 fn header(cmp: &Comparison) -> String {
+    let changed = cmp
+        .what_changed_line()
+        .map(|l| {
+            format!(
+                "<p id=\"what-changed\" class=\"changed\"><b>{}</b></p>",
+                esc(&l)
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "<h1>vmbench compare: {} vs {}</h1><section id=\"method\"><p>baseline <b>{}</b>, \
-         candidate <b>{}</b></p><p class=\"note\">{}; thresholds: {}. A row regresses when \
-         its adjusted p &lt; alpha and the change exceeds its threshold (the shaded band).</p>\
-         </section>",
+        "<h1>vmbench compare: {} vs {}</h1>{changed}<section id=\"method\"><p>baseline <b>{}</b>, \
+         candidate <b>{}</b></p><p class=\"note\">{}; thresholds: {}; family: {}. A row \
+         regresses when its adjusted p &lt; alpha and the change exceeds its threshold (the \
+         shaded band).</p></section>",
         esc(&cmp.baseline_run),
         esc(&cmp.candidate_run),
         esc(&cmp.baseline_run),
         esc(&cmp.candidate_run),
         esc(&cmp.method_line()),
         esc(&thresholds(cmp)),
+        esc(&cmp.family),
     )
 }
 
@@ -189,6 +199,18 @@ fn summary(cmp: &Comparison) -> String {
         );
     }
     s.push_str("</tr></table>");
+    let _ = write!(s, "<p id=\"outcome\">{}</p>", esc(&cmp.summary_line()));
+    if !cmp.broken.is_empty() {
+        s.push_str("<ul id=\"broken\">");
+        for b in &cmp.broken {
+            let _ = write!(
+                s,
+                "<li class=\"regression\">broken: {}</li>",
+                esc(&b.to_string())
+            );
+        }
+        s.push_str("</ul>");
+    }
     let regressions: Vec<&MetricComparison> = cmp
         .rows
         .iter()

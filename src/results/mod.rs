@@ -98,7 +98,10 @@ pub struct Timings {
     pub total_ms: u64,
 }
 
-/// Where a result came from: everything that must match for two results to be comparable.
+/// Where a result came from. Two parts (see `compare::provenance`): the *instrument* (fio,
+/// bonnie++, guest image and kernel, vmbench's job definitions) must match for two results to be
+/// comparable; the *system under test* (QEMU, libvirt, host kernel, CPU model, storage servers,
+/// the disk's cap) is what a comparison judges, so a change there is reported, not refused.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
     /// Host name.
@@ -125,6 +128,14 @@ pub struct Provenance {
     /// uncapped; absent in results of versions before the caps existed.
     #[serde(default)]
     pub io_limit: String,
+    /// The embedded storage server that served the cell and its version (`nfs-ganesha 4.3`,
+    /// `tgt 1.0.85`), empty without one; absent in results older than the field.
+    #[serde(default)]
+    pub storage_server: String,
+    /// Content hash of the exact job files the guest ran (fio job, bonnie++ arguments), empty
+    /// in results older than the field.
+    #[serde(default)]
+    pub jobs: String,
 }
 
 /// The record of one cell (one repeat).

@@ -14,15 +14,15 @@
 use super::{Better, CellResult, FailureKind, Outcome, Provenance, RunRecord, Timings, Value};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE runs (
@@ -96,6 +96,10 @@ const SCHEMA_V2: &str = "ALTER TABLE cells ADD COLUMN failure_kind TEXT;";
 
 /// Version 3: the I/O cap on the disk under test ('' for uncapped and older rows).
 const SCHEMA_V3: &str = "ALTER TABLE provenance ADD COLUMN io_limit TEXT NOT NULL DEFAULT '';";
+
+/// Version 4: the storage server's version and the job definitions' hash ('' in older rows).
+const SCHEMA_V4: &str = "ALTER TABLE provenance ADD COLUMN storage_server TEXT NOT NULL DEFAULT '';
+ALTER TABLE provenance ADD COLUMN jobs TEXT NOT NULL DEFAULT '';";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -177,6 +181,20 @@ pub enum StoreError {
     /// A row holds a value this build cannot read.
     #[error("results database is corrupt: {0}")]
     Corrupt(String),
+    /// `last-good` or `previous` found no earlier run to compare the candidate with.
+    #[error(
+        "no baseline for {candidate}: no {what} started before it{} has the same cells \
+         (the first night of a matrix has nothing to compare with)",
+        host_note(host)
+    )]
+    NoBaseline {
+        /// The candidate run.
+        candidate: String,
+        /// What was looked for ("finished run", "good run").
+        what: &'static str,
+        /// The host it was restricted to, if any.
+        host: Option<String>,
+    },
 }
 
 fn host_note(host: &Option<String>) -> String {
@@ -451,6 +469,78 @@ impl Store {
             .ok_or_else(|| self.not_found(spec, host))
     }
 
+    /// Turns a baseline spec into a run id, relative to `candidate`: a run id, or one of
+    /// - `last-good`: the newest good run (finished, covered its matrix, no failed cell),
+    /// - `previous`: the newest finished run, whatever its cells' outcomes,
+    ///
+    /// started before the candidate (stored after it, for runs with the same start) and with the
+    /// same cells: the same set of cell ids, or failing that the newest whose cells include all
+    /// of the candidate's (the candidate lost cells) or are all among them (it gained cells).
+    /// Never the candidate itself. `host` restricts the keywords to one host identity.
+    pub fn resolve_baseline(
+        &self,
+        spec: &str,
+        candidate: &RunRecord,
+        host: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let (what, keep): (&'static str, fn(&RunSummary) -> bool) = match spec.trim() {
+            "last-good" => ("good run", is_good),
+            "previous" => ("finished run", is_finished),
+            _ => return self.resolve(spec, host),
+        };
+        let runs = self.runs()?;
+        let earlier: Vec<&RunSummary> = match runs.iter().position(|r| r.run_id == candidate.run_id)
+        {
+            Some(i) => runs[i + 1..].iter().collect(),
+            None => runs
+                .iter()
+                .filter(|r| r.started.as_str() < candidate.started.as_str())
+                .collect(),
+        };
+        let wanted: BTreeSet<&str> = candidate.cells.iter().map(|c| c.cell_id.as_str()).collect();
+        let mut found: [Option<&RunSummary>; 3] = [None; 3];
+        for r in earlier
+            .into_iter()
+            .filter(|r| r.run_id != candidate.run_id)
+            .filter(|r| host.is_none_or(|h| r.host == h) && keep(r))
+        {
+            let ids = self.cell_ids(&r.run_id)?;
+            let ids: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+            let tier = if ids == wanted {
+                0
+            } else if ids.is_superset(&wanted) {
+                1
+            } else if ids.is_subset(&wanted) && !ids.is_empty() {
+                2
+            } else {
+                continue;
+            };
+            found[tier].get_or_insert(r);
+            if tier == 0 {
+                break;
+            }
+        }
+        let best = found.into_iter().flatten().next().map(|r| r.run_id.clone());
+        best.ok_or_else(|| StoreError::NoBaseline {
+            candidate: candidate.run_id.clone(),
+            what,
+            host: host.map(Into::into),
+        })
+    }
+
+    /// The distinct cell ids of a run.
+    fn cell_ids(&self, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT cell_id FROM cells WHERE run_id = ?1")
+            .ctx("listing cells")?;
+        let rows = stmt
+            .query_map([run_id], |r| r.get(0))
+            .ctx("listing cells")?;
+        rows.collect::<rusqlite::Result<Vec<String>>>()
+            .ctx("listing cells")
+    }
+
     /// The run as a JSON document that `import_json` (here or in another database) reads back.
     pub fn export_json(&self, run_id: &str) -> Result<String, StoreError> {
         let run = self.load_run(run_id)?;
@@ -634,7 +724,8 @@ impl Store {
         self.conn
             .query_row(
                 "SELECT host, host_kernel, cpu_model, qemu, libvirt, guest_kernel, fio, bonnie,
-                    image, vmbench, io_limit FROM provenance WHERE cell_row = ?1",
+                    image, vmbench, io_limit, storage_server, jobs
+                 FROM provenance WHERE cell_row = ?1",
                 [cell_row],
                 |r| {
                     Ok(Provenance {
@@ -649,6 +740,8 @@ impl Store {
                         image: r.get(8)?,
                         vmbench: r.get(9)?,
                         io_limit: r.get(10)?,
+                        storage_server: r.get(11)?,
+                        jobs: r.get(12)?,
                     })
                 },
             )
@@ -668,11 +761,14 @@ struct CellRow {
     failure_kind: Option<String>,
 }
 
+/// Finished and covered its matrix, whatever its cells' outcomes.
+fn is_finished(r: &RunSummary) -> bool {
+    !INCOMPLETE_STATUSES.contains(&r.status.as_str())
+}
+
 /// Finished, covered its matrix, and nothing failed.
 fn is_good(r: &RunSummary) -> bool {
-    !INCOMPLETE_STATUSES.contains(&r.status.as_str())
-        && r.failed == 0
-        && r.passed + r.unsupported + r.skipped > 0
+    is_finished(r) && r.failed == 0 && r.passed + r.unsupported + r.skipped > 0
 }
 
 /// The first non-finite number in a run, as an error.
@@ -832,8 +928,8 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
     let p = &c.provenance;
     tx.execute(
         "INSERT INTO provenance (cell_row, host, host_kernel, cpu_model, qemu, libvirt,
-            guest_kernel, fio, bonnie, image, vmbench, io_limit)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            guest_kernel, fio, bonnie, image, vmbench, io_limit, storage_server, jobs)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             row,
             p.host,
@@ -846,7 +942,9 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
             p.bonnie,
             p.image,
             p.vmbench,
-            p.io_limit
+            p.io_limit,
+            p.storage_server,
+            p.jobs
         ],
     )
     .ctx("inserting provenance")?;

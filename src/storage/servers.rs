@@ -29,6 +29,12 @@ pub trait EmbeddedServer: Send + Sync + Sized {
     const BINARY: &'static str;
     /// The QEMU block driver module clients reach it with.
     const QEMU_MODULE: &'static str;
+    /// The argument that makes its program print its version and exit.
+    const VERSION_ARG: &'static str = "--version";
+    /// The version number in that output (by default its first word: tgtd prints `1.0.85`).
+    fn parse_version(out: &str) -> Option<String> {
+        out.split_whitespace().next().map(str::to_string)
+    }
     /// Starts it in `net` with its files under `dir` and waits until it is ready.
     fn start(dir: &Path, net: Arc<NetNs>) -> Result<Self, StorageError>;
     /// Its process id, watched while a cell runs.
@@ -46,6 +52,12 @@ impl EmbeddedServer for Ganesha {
     const PACKAGE: &'static str = "nfs-ganesha";
     const BINARY: &'static str = "ganesha.nfsd";
     const QEMU_MODULE: &'static str = "block-nfs.so";
+    const VERSION_ARG: &'static str = "-v";
+    /// `NFS-Ganesha Release = V4.3` gives `4.3`.
+    fn parse_version(out: &str) -> Option<String> {
+        let v = out.split_once("Release =")?.1.split_whitespace().next()?;
+        Some(v.trim_start_matches('V').to_string())
+    }
     fn start(dir: &Path, net: Arc<NetNs>) -> Result<Self, StorageError> {
         Ganesha::start(dir, net)
     }
@@ -262,6 +274,41 @@ pub fn installed<T: EmbeddedServer>() -> Result<String, String> {
         "embedded {} in a per-run network namespace (or an external server)",
         T::PACKAGE
     ))
+}
+
+/// `PACKAGE VERSION` of server `T` as installed here (`nfs-ganesha 4.3`, `tgt 1.0.85`), for
+/// the provenance of the cells it serves (a storage server upgrade is a change of the system
+/// under test); `PACKAGE (version unknown)` when its program does not say.
+pub fn version<T: EmbeddedServer>() -> String {
+    let out = std::process::Command::new(T::BINARY)
+        .arg(T::VERSION_ARG)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()
+        .map(|o| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+    match out.as_deref().and_then(T::parse_version) {
+        Some(v) => format!("{} {v}", T::PACKAGE),
+        None => format!("{} (version unknown)", T::PACKAGE),
+    }
+}
+
+/// [`version`] of the embedded server called `name` ([`EmbeddedServer::NAME`]), asked once per
+/// process.
+pub fn version_of(name: &str) -> Option<String> {
+    use std::sync::OnceLock;
+    static GANESHA: OnceLock<String> = OnceLock::new();
+    static TGT: OnceLock<String> = OnceLock::new();
+    match name {
+        Ganesha::NAME => Some(GANESHA.get_or_init(version::<Ganesha>).clone()),
+        Tgt::NAME => Some(TGT.get_or_init(version::<Tgt>).clone()),
+        _ => None,
+    }
 }
 
 /// `(name, pid)` of a server, as cells record and watch it.

@@ -228,3 +228,29 @@ pub fn skip(reason: &str) {
         writeln!(f, "{line}").unwrap();
     }
 }
+
+/// A run in the background, waited on by its progress lines.
+pub mod running;
+
+/// A modification time no write can give a file today (2001-09-09 01:46:40.123456789 UTC).
+fn untouched_mtime() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::new(1_000_000_000, 123_456_789)
+}
+
+/// Stamps `path` with [`untouched_mtime`] before an operation that must not rewrite it; check
+/// with [`is_untouched`] after. Exact to the nanosecond and far in the past, so a rewrite shows
+/// even within the same second or clock tick (no sleep needed).
+pub fn stamp_untouched(path: &Path) {
+    std::fs::File::open(path)
+        .and_then(|f| f.set_modified(untouched_mtime()))
+        .unwrap_or_else(|e| panic!("stamping {}: {e}", path.display()));
+}
+
+/// Whether `path` still carries the stamp of [`stamp_untouched`] (a rewrite, or a new file in
+/// its place, has another mtime).
+pub fn is_untouched(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        == untouched_mtime()
+}
