@@ -166,6 +166,9 @@ pub struct MatrixArgs {
     /// No per-second fio logs (no time series in reports, no within-run stability figure).
     #[arg(long)]
     pub no_time_series: bool,
+    /// The closing table shows every metric, not only the headline rows.
+    #[arg(long)]
+    pub all_metrics: bool,
     /// The guest does not stream fio's status line (no live IOPS on the progress line).
     #[arg(long)]
     pub no_live_status: bool,
@@ -368,6 +371,9 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
+    /// The text table's fio rows: the write-ups' headline figures, or every metric.
+    #[arg(long, value_enum, default_value = "headline")]
+    pub metrics: crate::report::MetricSet,
     /// Show the write-up's published table beside the run's and check its conclusions
     /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition).
     #[arg(long, value_name = "NAME")]
