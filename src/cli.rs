@@ -434,8 +434,9 @@ pub struct CompareArgs {
     /// Per-metric threshold KEY=PCT (repeatable), e.g. write_lat_p99_us=10.
     #[arg(long)]
     pub metric_threshold: Vec<String>,
-    /// Give this metric key a verdict too (repeatable); by default only the headline metrics
-    /// (IOPS, bandwidth, mean and p99 latency, bonnie++ block and seek figures) have one.
+    /// Give this metric key a verdict too (repeatable); by default only each cell's verdict
+    /// family has one: IOPS (random jobs) or bandwidth (sequential jobs), mean and p99 latency,
+    /// bonnie++ block output, block input and seeks.
     #[arg(long = "metric", value_name = "KEY")]
     pub metric: Vec<String>,
     /// Family-wise significance level, after the correction.

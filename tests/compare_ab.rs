@@ -1,139 +1,251 @@
-//! Issue 12's "a real regression to find": `vmbench compare` on real guests. An A/A pair of
-//! identical runs must never be a regression (exit 0 or 3); an A/B pair where B's disk is capped
-//! (`--iops-limit`, libvirt `<iotune>`) at half of A's measured IOPS must be one, on read and
-//! write IOPS (exit 1). Sized for CI: one local raw cell, 4 s jobs, 5 repeats per side.
+//! The nightly gate on real guests, run as Debian hosts run it: packaging/vmbench-nightly (the
+//! script vmbench-nightly.service starts) over a scratch state directory and config, night after
+//! night. Each night is one local raw pg-randrw cell with CI-sized jobs (tests/common's sizes).
+//!
+//! (a) night 1 has nothing to compare with; night 2 is an A/A pair with night 1 (never exit 1);
+//! night 3 is capped (`iops_limit`, libvirt `<iotune>`) at half of night 2's measured IOPS: the
+//! gate fails on it, and only on it. (b) a night with a different recorded QEMU version and no
+//! drop (night 2 exported, its QEMU version edited, imported): not exit 1, `what changed`
+//! printed first; it is also night 3's baseline, so night 3 is a QEMU change with a real drop.
+//! (c) a night whose cell fails (a boot timeout shorter than any boot): exit 1, the cell broken.
+//!
+//! The A side is shared: night 2 is both the A/A pair's second side and (through its imported
+//! copy) the capped night's baseline. Repeats: 5 on night 2, whose spread sets Welch's df
+//! against the nearly constant capped side; 3 on nights 1 and 3; 1 on the failing night.
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Instant;
 use vmbench::results::RunRecord;
 
-/// Repeats per side: the fewest at which Welch on 5 vs 5 can pass Holm's level over the
-/// headline rows of one cell.
-const REPEATS: &str = "5";
-
-/// One local raw pg-randrw cell, `extra` appended; returns the run directory and its record.
-fn run_side(s: &Scratch, extra: &[&str]) -> (PathBuf, RunRecord) {
-    let t = Instant::now();
-    let mut args = vec![
-        "--hypervisor",
-        "qemu",
-        "--backend",
-        "local",
-        "--format",
-        "raw",
-        "--repeat",
-        REPEATS,
-    ];
-    args.extend_from_slice(extra);
-    let out = s.matrix(&args);
-    eprintln!("side {extra:?}: {:.0} s", t.elapsed().as_secs_f64());
-    assert_eq!(out.status.code(), Some(0), "matrix {args:?} failed");
-    let rec = s.run_record();
-    assert_eq!(rec.1.cells.len(), 5);
-    rec.1.cells.iter().for_each(assert_real_randrw);
-    rec
+/// The matrix every night runs, with CI-sized jobs; `extra` adds keys for one night.
+fn config(repeat: u32, extra: &str) -> String {
+    format!(
+        "hypervisor = [\"qemu\"]\nbackend = [\"local\"]\nformat = [\"raw\"]\n\
+         workload = [\"pg-randrw\"]\nrepeat = {repeat}\nruntime = 4\nramp = 1\nsize = \"32M\"\n\
+         disk_mib = 128\nmemory_mib = 384\nprobe = false\n{extra}"
+    )
 }
 
-/// `vmbench compare A B --json`: the exit code, stdout and the parsed JSON.
-fn compare(a: &Path, b: &Path, db: &Path, json: &Path) -> (Option<i32>, String, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vmbench"))
-        .arg("compare")
-        .arg(a)
-        .arg(b)
-        .arg("--db")
-        .arg(db)
-        .arg("--json")
-        .arg(json)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!(
-        "--- compare stdout\n{stdout}\n--- stderr\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    (out.status.code(), stdout, v)
+/// A scratch state directory (database, runs, work, gate outputs) the recipe runs in.
+struct Nights {
+    s: Scratch,
 }
 
-/// The verdict name of the row for `key` (`regression`, `no_significant_change`, ...).
-fn verdict(cmp: &serde_json::Value, key: &str) -> String {
-    let row = cmp["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["key"] == key)
-        .unwrap_or_else(|| panic!("no row {key}"));
-    row["verdict"]["verdict"]
-        .as_str()
-        .unwrap_or_else(|| panic!("row {key}: {row}"))
-        .to_string()
+impl Nights {
+    fn out(&self, name: &str) -> PathBuf {
+        self.s.dir.path().join("nightly").join(name)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.s.dir.path().join("nightly.db")
+    }
+
+    /// Runs the recipe (`mode`: `run` or `gate`) with `conf` as /etc/vmbench/nightly.conf.
+    fn recipe(&self, mode: &str, conf: &str) -> Output {
+        let t = Instant::now();
+        let path = self.s.dir.path().join("nightly.conf");
+        std::fs::write(&path, conf).unwrap();
+        let out = Command::new("sh")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/vmbench-nightly"))
+            .arg(mode)
+            .env("VMBENCH", env!("CARGO_BIN_EXE_vmbench"))
+            .env("VMBENCH_NIGHTLY_CONFIG", &path)
+            .env("VMBENCH_STATE_DIR", self.s.dir.path())
+            .env("NO_COLOR", "1")
+            .env_remove("JOURNAL_STREAM")
+            .output()
+            .unwrap();
+        eprintln!("recipe {mode}: {:.0} s", t.elapsed().as_secs_f64());
+        show(out)
+    }
+
+    /// The gate's JSON of the last recipe run (absent on a first night).
+    fn verdict(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(self.out("compare.json")).ok()?;
+        Some(serde_json::from_str(&text).unwrap())
+    }
+
+    /// The newest run in the runs dir.
+    fn newest(&self) -> RunRecord {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(self.s.runs())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        dirs.sort();
+        let last = dirs.last().unwrap();
+        serde_json::from_str(&std::fs::read_to_string(last.join("run.json")).unwrap()).unwrap()
+    }
+
+    fn vmbench(&self, args: &[&str]) -> Output {
+        let out = Command::new(env!("CARGO_BIN_EXE_vmbench"))
+            .args(args)
+            .arg("--db")
+            .arg(self.db())
+            .output()
+            .unwrap();
+        show(out)
+    }
 }
 
 fn mean(rec: &RunRecord, key: &str) -> f64 {
     rec.cells.iter().map(|c| num(c, key)).sum::<f64>() / rec.cells.len() as f64
 }
 
-#[test]
-#[ignore = "host: root libvirtd qemu"]
-fn a_a_pair_is_never_a_regression() {
-    let t = Instant::now();
-    let (a, b) = (Scratch::new(), Scratch::new());
-    let (dir_a, _) = run_side(&a, &[]);
-    let (dir_b, _) = run_side(&b, &[]);
-    let (code, stdout, cmp) = compare(&dir_a, &dir_b, &a.db(), &a.dir.path().join("aa.json"));
-    assert!(
-        matches!(code, Some(0) | Some(3)),
-        "A/A exit {code:?}:\n{stdout}"
-    );
-    for key in ["read_iops", "write_iops"] {
-        assert_ne!(verdict(&cmp, key), "regression", "{key}:\n{stdout}");
-    }
-    eprintln!("A/A: exit {code:?}, {:.0} s", t.elapsed().as_secs_f64());
-    a.assert_no_leftovers();
-    b.assert_no_leftovers();
+/// The verdict name of the row for `key` (`regression`, `no_significant_change`, ...).
+fn row_verdict(cmp: &serde_json::Value, key: &str) -> String {
+    let row = cmp["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == key)
+        .unwrap_or_else(|| panic!("no row {key}"));
+    row["verdict"]["verdict"].as_str().unwrap().to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]
 #[ignore = "host: root libvirtd qemu"]
-fn a_b_pair_capped_at_half_the_iops_is_a_regression() {
+fn the_nightly_recipe_fails_on_the_slow_night_and_only_then() {
     let t = Instant::now();
-    let (a, b) = (Scratch::new(), Scratch::new());
-    let (dir_a, rec_a) = run_side(&a, &[]);
-    let (read, write) = (mean(&rec_a, "read_iops"), mean(&rec_a, "write_iops"));
-    let cap = (((read + write) / 2.0).round() as u64).max(1).to_string();
-    let (dir_b, rec_b) = run_side(&b, &["--iops-limit", &cap]);
-    for c in &rec_b.cells {
-        assert_eq!(c.params.get("iops_limit"), Some(&cap), "{}", c.cell_id);
-        assert_eq!(c.provenance.io_limit, format!("iops={cap}"));
+    let n = Nights { s: Scratch::new() };
+
+    // Night 1: nothing earlier to compare with; the recipe passes and says so.
+    let out = n.recipe("run", &config(3, ""));
+    assert_eq!(out.status.code(), Some(0), "night 1");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no earlier good run"));
+    assert!(n.verdict().is_none(), "no gate output on a first night");
+    assert!(n.out("latest.html").exists(), "the report is written");
+    let night1 = n.newest();
+
+    // Night 2: an A/A pair with night 1. Never exit 1; every verdict row compared (same
+    // instrument, the job hash included).
+    let out = n.recipe("run", &config(5, ""));
+    let v = n.verdict().expect("night 2 is judged");
+    assert_eq!(out.status.code(), Some(0), "night 2:\n{}", stdout(&out));
+    assert!(matches!(v["exit_code"].as_i64(), Some(0 | 3)), "A/A: {v}");
+    let night2 = n.newest();
+    night2.cells.iter().for_each(assert_real_randrw);
+    assert_eq!(
+        (v["baseline_run"].as_str(), v["candidate_run"].as_str()),
+        (Some(night1.run_id.as_str()), Some(night2.run_id.as_str()))
+    );
+    assert_eq!(v["family_size"], 6, "{v}");
+    for r in v["rows"].as_array().unwrap() {
+        assert_ne!(r["verdict"]["verdict"], "not_comparable", "{r}");
+        assert_ne!(r["verdict"]["verdict"], "regression", "{r}");
     }
-    let first = std::fs::read_dir(dir_b.join("cells"))
+
+    // (b) Night 2 again, with another recorded QEMU version: compared, what changed first.
+    let export = n.s.dir.path().join("night2.json");
+    let exported = n.vmbench(&["export", &night2.run_id, "-o", export.to_str().unwrap()]);
+    assert!(exported.status.success());
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let qemu = night2.cells[0].provenance.qemu.clone();
+    let upgraded = if qemu == "8.2.2" { "9.2.0" } else { "8.2.2" };
+    for c in doc["run"]["cells"].as_array_mut().unwrap() {
+        c["provenance"]["qemu"] = upgraded.into();
+    }
+    let edited_id = format!("{}-qemu", night2.run_id);
+    doc["run"]["run_id"] = edited_id.clone().into();
+    std::fs::write(&export, doc.to_string()).unwrap();
+    assert!(n
+        .vmbench(&["import", export.to_str().unwrap()])
+        .status
+        .success());
+    let out = n.recipe("gate", &config(5, ""));
+    let v = n.verdict().unwrap();
+    assert_eq!(out.status.code(), Some(0), "QEMU change, no drop");
+    assert_ne!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["candidate_run"], edited_id.as_str());
+    assert_eq!(v["baseline_run"], night2.run_id.as_str());
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("what changed: qemu {qemu} -> {upgraded}")),
+        "{text}"
+    );
+
+    // Night 3: capped at half of night 2's IOPS. The gate fails, on read and write IOPS; its
+    // baseline is the newest earlier good night, the imported one, so this is also a QEMU
+    // change (back) with a real drop.
+    let cap = ((mean(&night2, "read_iops") + mean(&night2, "write_iops")) / 2.0).round() as u64;
+    let out = n.recipe("run", &config(3, &format!("iops_limit = {cap}\n")));
+    let v = n.verdict().unwrap();
+    let night3 = n.newest();
+    eprintln!(
+        "night 2 read {:.0} write {:.0} IOPS; cap {cap}; night 3 read {:.0} write {:.0}",
+        mean(&night2, "read_iops"),
+        mean(&night2, "write_iops"),
+        mean(&night3, "read_iops"),
+        mean(&night3, "write_iops")
+    );
+    assert_eq!(out.status.code(), Some(1), "night 3:\n{}", stdout(&out));
+    assert_eq!(v["exit_code"], 1);
+    assert_eq!(v["baseline_run"], edited_id.as_str());
+    for key in ["read_iops", "write_iops"] {
+        assert_eq!(
+            row_verdict(&v, key),
+            "regression",
+            "{key}:\n{}",
+            stdout(&out)
+        );
+    }
+    // The matrix's tables come first on the recipe's stdout; the gate's output is its file.
+    let text = std::fs::read_to_string(n.out("compare.txt")).unwrap();
+    assert!(
+        text.starts_with(&format!("what changed: qemu {upgraded} -> {qemu}")),
+        "{text}"
+    );
+    assert!(
+        stdout(&out).contains(&text),
+        "the recipe prints the gate's output"
+    );
+    assert!(
+        text.contains(&format!("disk cap (none) -> iops={cap}")),
+        "{text}"
+    );
+    let junit = std::fs::read_to_string(n.out("junit.xml")).unwrap();
+    assert!(junit.contains("type=\"regression\""), "{junit}");
+    let cell = std::fs::read_dir(night3_dir(&n, &night3).join("cells"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .min()
         .unwrap();
-    let xml = std::fs::read_to_string(first.join("domain.xml")).unwrap();
+    let xml = std::fs::read_to_string(cell.join("domain.xml")).unwrap();
     assert!(
         xml.contains(&format!("<total_iops_sec>{cap}</total_iops_sec>")),
         "{xml}"
     );
-    let (code, stdout, cmp) = compare(&dir_a, &dir_b, &a.db(), &a.dir.path().join("ab.json"));
+
+    // (c) Night 4: the cell fails (no guest boots in 1 s). Exit 1 from the matrix and the gate,
+    // the cell a broken verdict row of its own.
+    let out = n.recipe("run", &config(1, "boot_timeout = 1\n"));
+    let v = n.verdict().unwrap();
+    assert_eq!(out.status.code(), Some(1), "night 4");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["baseline_run"], night3.run_id.as_str());
+    let broken = v["broken"].as_array().unwrap();
+    assert_eq!(broken.len(), 1, "{v}");
+    assert_eq!(broken[0]["breakage"], "failed");
+    assert!(stdout(&out).contains("BROKEN: qemu/local/raw: passed in baseline, failed in candidate 1/1 repeats (boot_timeout)"), "{}", stdout(&out));
+    assert!(std::fs::read_to_string(n.out("junit.xml"))
+        .unwrap()
+        .contains("type=\"broken\""));
+
     eprintln!(
-        "A/B: A read {read:.0} write {write:.0} IOPS; cap {cap}; B read {:.0} write {:.0}; \
-         exit {code:?}, {:.0} s",
-        mean(&rec_b, "read_iops"),
-        mean(&rec_b, "write_iops"),
+        "nightly recipe, 4 nights: {:.0} s",
         t.elapsed().as_secs_f64()
     );
-    assert_eq!(code, Some(1), "A/B exit:\n{stdout}");
-    for key in ["read_iops", "write_iops"] {
-        assert_eq!(verdict(&cmp, key), "regression", "{key}:\n{stdout}");
-    }
-    assert!(stdout.contains("REGRESSION"), "{stdout}");
-    a.assert_no_leftovers();
-    b.assert_no_leftovers();
+    n.s.assert_no_leftovers();
+}
+
+fn night3_dir(n: &Nights, rec: &RunRecord) -> PathBuf {
+    n.s.runs().join(&rec.run_id)
 }
 
 #[test]

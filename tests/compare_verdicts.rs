@@ -430,7 +430,15 @@ fn system_under_test_change_is_compared_and_named_first() {
         t.starts_with("what changed: qemu 7.2.9 -> 8.2.2; libvirt (none) -> 10.0.0"),
         "{t}"
     );
-    let j = parse_junit(&c.junit_xml());
+    let xml = c.junit_xml();
+    let prop = xml
+        .find("value=\"qemu 7.2.9 -&gt; 8.2.2\"")
+        .expect("a suite property");
+    assert!(
+        prop < xml.find("<testcase").unwrap(),
+        "before any testcase: {xml}"
+    );
+    let j = parse_junit(&xml);
     assert!(
         j.texts.iter().any(|x| x == "qemu 7.2.9 -> 8.2.2"),
         "JUnit property: {:?}",

@@ -53,12 +53,12 @@ impl Summary {
 /// Runs `vmbench matrix`, doing each case's action when its cell reaches the measured job.
 /// Returns the exit code and the seconds from each cell's measured-job start to its end.
 fn run_with_actions(s: &Scratch, args: &[&str], cases: &[Case]) -> (Option<i32>, Vec<f64>) {
-    let mut child = s
-        .matrix_cmd(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_within(
+        s.matrix_cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        MATRIX_LIMIT,
+    );
     let vmbench_pid = child.id();
     let stdout = child.stdout.take().unwrap();
     let out_thread = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
@@ -98,10 +98,10 @@ fn act(s: &Scratch, a: Outside, seq: usize, vmbench_pid: u32) {
     match a {
         Outside::Nothing => {}
         Outside::Suspend => {
-            let o = Command::new("virsh")
-                .args(["-c", "qemu:///system", "suspend", &dom])
-                .output()
-                .unwrap();
+            let o = output_within(
+                Command::new("virsh").args(["-c", "qemu:///system", "suspend", &dom]),
+                TOOL_LIMIT,
+            );
             assert!(o.status.success(), "virsh suspend {dom}: {o:?}");
         }
         Outside::KillQemu => {
@@ -386,10 +386,10 @@ fn bad_input(sum: &mut Summary) {
         sum.check(name, ok, format!("exit {:?}: {err}", out.status.code()));
     }
     // Hidden options stay out of --help.
-    let help = Command::new(env!("CARGO_BIN_EXE_vmbench"))
-        .args(["matrix", "--help"])
-        .output()
-        .unwrap();
+    let help = output_within(
+        Command::new(env!("CARGO_BIN_EXE_vmbench")).args(["matrix", "--help"]),
+        TOOL_LIMIT,
+    );
     let help = String::from_utf8_lossy(&help.stdout);
     sum.check(
         "test-only options hidden from --help",

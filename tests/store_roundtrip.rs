@@ -37,6 +37,8 @@ fn provenance(host: &str) -> Provenance {
         image: "sha256:ab12".into(),
         vmbench: "0.1.0 (a32c3da)".into(),
         io_limit: "iops=150,bw=8MiB/s".into(),
+        storage_server: "nfs-ganesha 4.3".into(),
+        jobs: "0123456789abcdef".into(),
     }
 }
 

@@ -77,6 +77,9 @@ fn write_doc(w: &mut W, c: &Comparison) -> std::io::Result<()> {
     for u in &c.unpassed_cells {
         write_skipped_cell(w, u, "cell has no passed repeat on one side")?;
     }
+    if let Some(line) = c.what_changed_line() {
+        write_system_out(w, &clean(&line))?;
+    }
     w.write_event(Event::End(BytesEnd::new("testsuite")))?;
     w.write_event(Event::End(BytesEnd::new("testsuites")))
 }
@@ -136,8 +139,8 @@ fn write_row(w: &mut W, r: &MetricComparison) -> std::io::Result<()> {
     w.write_event(Event::End(BytesEnd::new("testcase")))
 }
 
-/// The system-under-test changes as suite properties, and the line itself as the suite's output,
-/// before any testcase (JUnit puts `<properties>` first).
+/// The system-under-test changes as suite properties, before any testcase (the schema puts
+/// `<properties>` first; the line itself is the suite's `<system-out>`, which comes last).
 fn write_what_changed(w: &mut W, c: &Comparison) -> std::io::Result<()> {
     let mut props: Vec<(String, String)> = vec![
         ("family".into(), c.family.clone()),
@@ -155,11 +158,7 @@ fn write_what_changed(w: &mut W, c: &Comparison) -> std::io::Result<()> {
         p.push_attribute(("value", clean(value).as_str()));
         w.write_event(Event::Empty(p))?;
     }
-    w.write_event(Event::End(BytesEnd::new("properties")))?;
-    if let Some(line) = c.what_changed_line() {
-        write_system_out(w, &clean(&line))?;
-    }
-    Ok(())
+    w.write_event(Event::End(BytesEnd::new("properties")))
 }
 
 /// A broken cell: a failure (or, with `--allow-missing`, skipped) testcase of its own.

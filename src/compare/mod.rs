@@ -893,22 +893,18 @@ struct Tested {
 /// by the baseline mean, so the spread is in fractions of the baseline either way).
 fn test_values(b: &[f64], c: &[f64]) -> Tested {
     let positive = b.iter().chain(c).all(|x| *x > 0.0);
-    let (method, lb, lc, to_pct): (Method, Vec<f64>, Vec<f64>, fn(f64) -> f64) = if positive {
-        (
-            Method::WelchLog,
-            b.iter().map(|x| x.ln()).collect(),
-            c.iter().map(|x| x.ln()).collect(),
-            |d| (d.exp() - 1.0) * 100.0,
-        )
+    let mb = stats::mean(b).unwrap_or(f64::NAN).abs();
+    let (method, scale): (Method, fn(f64, f64) -> f64) = if positive {
+        (Method::WelchLog, |x, _| x.ln())
     } else {
-        let mb = stats::mean(b).unwrap_or(f64::NAN).abs();
-        (
-            Method::WelchRaw,
-            b.iter().map(|x| x / mb).collect(),
-            c.iter().map(|x| x / mb).collect(),
-            |d| d * 100.0,
-        )
+        (Method::WelchRaw, |x, mb| x / mb)
     };
+    let to_pct = |d: f64| match method {
+        Method::WelchLog => (d.exp() - 1.0) * 100.0,
+        _ => d * 100.0,
+    };
+    let lb: Vec<f64> = b.iter().map(|x| scale(*x, mb)).collect();
+    let lc: Vec<f64> = c.iter().map(|x| scale(*x, mb)).collect();
     let welch = stats::welch(&lb, &lc);
     let ci = welch
         .map(|w| {

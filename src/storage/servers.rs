@@ -319,6 +319,17 @@ pub fn identity<T: EmbeddedServer>(s: &T) -> (&'static str, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_versions_are_read_from_their_own_output() {
+        // Debian 12's nfs-ganesha 4.3 (`ganesha.nfsd -v`) and tgt 1.0.85 (`tgtd --version`).
+        assert_eq!(
+            Ganesha::parse_version("NFS-Ganesha Release = V4.3\n").as_deref(),
+            Some("4.3")
+        );
+        assert_eq!(Tgt::parse_version("1.0.85\n").as_deref(), Some("1.0.85"));
+        assert_eq!(Ganesha::parse_version("usage: ganesha.nfsd ..."), None);
+    }
     use std::sync::atomic::{AtomicU32, Ordering};
 
     static STARTS: AtomicU32 = AtomicU32::new(0);
