@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// vmbench: benchmark storage as a virtual machine sees it.
 #[derive(Debug, Parser)]
-#[command(name = "vmbench", version, about, long_about = None, args_override_self = true)]
+#[command(name = "vmbench", version = crate::VERSION, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -38,6 +38,10 @@ pub enum Command {
     /// (exit 0 no regression shown, 1 regression or broken cell, 3 not proven, 2 bad input,
     /// 4 no baseline yet).
     Compare(CompareArgs),
+    /// Change points over the nightly history of every cell x headline metric; with --gate,
+    /// decide tonight by them (exit 0 no new regression, 1 regression or broken cell, 3 not
+    /// enough nights yet, 2 bad input).
+    Trend(TrendArgs),
     /// Rank the measured cells of a run by an objective.
     Recommend(RecommendArgs),
     /// Export a run as JSON (to move results between hosts) or OpenMetrics (for dashboards).
@@ -166,6 +170,9 @@ pub struct MatrixArgs {
     /// No per-second fio logs (no time series in reports, no within-run stability figure).
     #[arg(long)]
     pub no_time_series: bool,
+    /// The closing table shows every metric, not only the headline rows.
+    #[arg(long)]
+    pub all_metrics: bool,
     /// The guest does not stream fio's status line (no live IOPS on the progress line).
     #[arg(long)]
     pub no_live_status: bool,
@@ -368,6 +375,9 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
+    /// The text table's fio rows: the write-ups' headline figures, or every metric.
+    #[arg(long, value_enum, default_value = "headline")]
+    pub metrics: crate::report::MetricSet,
     /// Show the write-up's published table beside the run's and check its conclusions
     /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition).
     #[arg(long, value_name = "NAME")]
@@ -966,4 +976,122 @@ mod tests {
             assert!(args(bad).is_err(), "{bad:?}");
         }
     }
+}
+
+/// `vmbench trend --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TrendFormat {
+    /// Terminal text.
+    Text,
+    /// Self-contained HTML page: one chart per cell x metric.
+    Html,
+    /// Every series, change point and the gate's verdict as JSON.
+    Json,
+}
+
+/// `vmbench trend --test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TrendTest {
+    /// Student t-test between the segments either side (Apache Otava); works from 5 nights.
+    Ttest,
+    /// Permutation test of the energy statistic (MongoDB); needs dozens of nights.
+    Permutation,
+}
+
+/// `vmbench trend`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Method: one value per night (the mean of its repeats) per cell x headline \
+metric, over the stored runs of this host whose instrument matches the newest night's;\n\
+E-Divisive with means finds change points, kept when significant at --alpha and at least \
+--min-change % from the mean before.\n\
+--gate fails tonight (the newest run) on a regression that begins within the last --within \
+nights (two nights must show it) or a cell that broke."
+)]
+pub struct TrendArgs {
+    /// Decide tonight: exit 1 on a new regression change point or a broken cell.
+    #[arg(long)]
+    pub gate: bool,
+    /// The gate fails on a regression that began within this many last nights (tonight
+    /// included) and was not already reported the night before; a change needs two nights to
+    /// be seen, so the earliest is the night after it began.
+    #[arg(long, default_value_t = 4)]
+    pub within: usize,
+    /// Smallest change kept, in % of the mean before it.
+    #[arg(long, default_value_t = 5.0)]
+    pub min_change: f64,
+    /// Significance level of a change point, per series.
+    #[arg(long, default_value_t = 0.001)]
+    pub alpha: f64,
+    /// Significance test of a candidate change point.
+    #[arg(long, value_enum, default_value = "ttest")]
+    pub test: TrendTest,
+    /// Shuffles per test with --test permutation.
+    #[arg(long, default_value_t = 999)]
+    pub permutations: usize,
+    /// Give this metric key a series too (repeatable); by default only the headline metrics.
+    #[arg(long = "metric", value_name = "KEY")]
+    pub metric: Vec<String>,
+    /// How many of the newest nights to read.
+    #[arg(long, default_value_t = 120)]
+    pub nights: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: TrendFormat,
+    /// Also write the series, change points and verdict as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the output here instead of stdout.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Store options.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// The trend options a `TrendArgs` asks for, or why they are invalid.
+pub fn trend_options(a: &TrendArgs) -> Result<crate::trend::TrendOptions, String> {
+    use crate::trend::edivisive::Significance;
+    if !(a.alpha > 0.0 && a.alpha < 1.0) {
+        return Err(format!(
+            "--alpha {} is not between 0 and 1 (exclusive)",
+            a.alpha
+        ));
+    }
+    if !(a.min_change >= 0.0 && a.min_change.is_finite()) {
+        return Err(format!(
+            "--min-change {} is not a percentage >= 0",
+            a.min_change
+        ));
+    }
+    if a.within == 0 {
+        return Err("--within 0: give at least 1 night (tonight)".into());
+    }
+    if a.nights < crate::trend::MIN_NIGHTS {
+        return Err(format!(
+            "--nights {}: the trend needs at least {} nights",
+            a.nights,
+            crate::trend::MIN_NIGHTS
+        ));
+    }
+    let significance = match a.test {
+        TrendTest::Ttest => Significance::TTest,
+        TrendTest::Permutation if a.permutations < 19 => {
+            return Err(format!(
+                "--permutations {}: at least 19 (a permutation p cannot go below 1/(N+1))",
+                a.permutations
+            ))
+        }
+        TrendTest::Permutation => Significance::Permutation {
+            permutations: a.permutations,
+            seed: 1234,
+        },
+    };
+    Ok(crate::trend::TrendOptions {
+        alpha: a.alpha,
+        min_magnitude_pct: a.min_change,
+        within_nights: a.within,
+        significance,
+        extra_metrics: a.metric.clone(),
+    })
 }

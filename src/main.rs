@@ -81,6 +81,7 @@ async fn dispatch(cmd: Command) -> Result<i32, CliError> {
         Command::Runs(a) => cmd_runs(&a),
         Command::Report(a) => cmd_report(&a),
         Command::Compare(a) => cmd_compare(&a),
+        Command::Trend(a) => cmd_trend(&a),
         Command::Recommend(a) => cmd_recommend(&a),
         Command::Export(a) => cmd_export(&a),
         Command::Import(a) => cmd_import(&a),
@@ -126,6 +127,11 @@ fn db_path(a: &cli::DbArgs) -> PathBuf {
 }
 
 async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
+    let table = if a.all_metrics {
+        report::MetricSet::All
+    } else {
+        report::MetricSet::Headline
+    };
     if let Some(dir) = &a.resume {
         if !dir.join("run.json").is_file() || !dir.join("config.json").is_file() {
             return Err(CliError::Usage(format!(
@@ -190,7 +196,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     let summary = result.map_err(CliError::Other)?;
     // The results are stored by now: a closed stdout or stderr must not turn the exit code
     // into a panic's, so these writes ignore their errors.
-    print_tables(&summary.record);
+    print_tables(&summary.record, table);
     let mut err = std::io::stderr();
     let _ = writeln!(err, "results: {}", summary.dir.display());
     if summary.interrupted {
@@ -263,8 +269,8 @@ fn spawn_signal_handler(cancel: Arc<Cancel>) {
     });
 }
 
-fn print_tables(rec: &RunRecord) {
-    let out = report::text(&rec.cells);
+fn print_tables(rec: &RunRecord, set: report::MetricSet) {
+    let out = report::text(&rec.cells, set);
     if !out.trim().is_empty() {
         let _ = writeln!(std::io::stdout(), "{out}");
     }
@@ -378,7 +384,7 @@ fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
         return Ok(0);
     }
     let text = match a.format {
-        ReportFormat::Text => report::text(&run.cells),
+        ReportFormat::Text => report::text(&run.cells, a.metrics),
         ReportFormat::Markdown => report::markdown(&run.cells),
         ReportFormat::Csv => report::csv(&run.cells),
         ReportFormat::Html => report::html(&run),
@@ -488,6 +494,45 @@ fn history_runs(db: &cli::DbArgs, except: &[&str]) -> Result<Vec<RunRecord>, Cli
                 .map_err(|e| CliError::Other(e.into()))
         })
         .collect()
+}
+
+/// `vmbench trend [--gate]`: the nights of this host from the store, oldest first.
+fn cmd_trend(a: &cli::TrendArgs) -> Result<i32, CliError> {
+    let opts = cli::trend_options(a).map_err(CliError::Usage)?;
+    let store = Store::open(&db_path(&a.db)).map_err(|e| CliError::Other(e.into()))?;
+    let runs = vmbench::trend::nights_from_store(&store, &runner::hostname(), a.nights)
+        .map_err(|e| CliError::Other(e.into()))?;
+    let (trend, report) = if a.gate {
+        vmbench::trend::gate(&runs, &opts)
+    } else {
+        (vmbench::trend::trend(&runs, &opts), None)
+    };
+    let json = || {
+        serde_json::to_string_pretty(&serde_json::json!({"trend": &trend, "gate": &report}))
+            .map_err(|e| CliError::Other(e.into()))
+    };
+    let text = match a.format {
+        cli::TrendFormat::Text => {
+            let gate = report.as_ref().map(|g| g.text()).unwrap_or_default();
+            format!("{}{gate}", trend.text())
+        }
+        cli::TrendFormat::Html => trend.html(report.as_ref()),
+        cli::TrendFormat::Json => json()?,
+    };
+    write_out(&a.output, &text)?;
+    if let Some(p) = &a.json {
+        write_out(&Some(p.clone()), &json()?)?;
+    }
+    Ok(match &report {
+        Some(g) => g.outcome.exit_code(),
+        None if a.gate => {
+            eprintln!(
+                "vmbench: no nights of this host in the store yet: not enough nights (exit 3)"
+            );
+            3
+        }
+        None => 0,
+    })
 }
 
 fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {

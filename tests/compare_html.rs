@@ -112,11 +112,12 @@ fn chromium_renders_the_comparison_page() {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("compare.html");
     std::fs::write(&page, &html).unwrap();
-    let out = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
+    let out = common::output_within(
+        Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+            .arg(format!("file://{}", page.display())),
+        common::TOOL_LIMIT,
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -125,17 +126,16 @@ fn chromium_renders_the_comparison_page() {
     let dom = String::from_utf8_lossy(&out.stdout);
     check_page(&dom, &cmp);
     let shot = dir.path().join("compare.png");
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--window-size=1400,1400",
-        ])
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
+    let mut out = Command::new("chromium");
+    out.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1400,1400",
+    ])
+    .arg(format!("--screenshot={}", shot.display()))
+    .arg(format!("file://{}", page.display()));
+    let out = common::output_within(&mut out, common::TOOL_LIMIT);
     assert!(out.status.success());
     assert!(
         std::fs::metadata(&shot).unwrap().len() > 10_000,

@@ -53,12 +53,12 @@ impl Summary {
 /// Runs `vmbench matrix`, doing each case's action when its cell reaches the measured job.
 /// Returns the exit code and the seconds from each cell's measured-job start to its end.
 fn run_with_actions(s: &Scratch, args: &[&str], cases: &[Case]) -> (Option<i32>, Vec<f64>) {
-    let mut child = s
-        .matrix_cmd(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_within(
+        s.matrix_cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        MATRIX_LIMIT,
+    );
     let vmbench_pid = child.id();
     let stdout = child.stdout.take().unwrap();
     let out_thread = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
@@ -91,17 +91,16 @@ fn act(s: &Scratch, a: Outside, seq: usize, vmbench_pid: u32) {
     if matches!(a, Outside::Nothing) {
         return;
     }
-    // fio is running by now (the ramp is 1 s).
-    std::thread::sleep(Duration::from_secs(2));
     let (_, rec) = s.run_record();
     let dom = format!("vmbench-{}-{seq:03}", rec.run_id);
+    wait_io_moves(&dom);
     match a {
         Outside::Nothing => {}
         Outside::Suspend => {
-            let o = Command::new("virsh")
-                .args(["-c", "qemu:///system", "suspend", &dom])
-                .output()
-                .unwrap();
+            let o = output_within(
+                Command::new("virsh").args(["-c", "qemu:///system", "suspend", &dom]),
+                TOOL_LIMIT,
+            );
             assert!(o.status.success(), "virsh suspend {dom}: {o:?}");
         }
         Outside::KillQemu => {
@@ -127,6 +126,39 @@ fn act(s: &Scratch, a: Outside, seq: usize, vmbench_pid: u32) {
         }
     }
     eprintln!("test: {a:?} on {dom}");
+}
+
+/// The domain's read and write requests, summed over its disks (`virsh domblkstat`: QEMU's
+/// own block-layer counters).
+fn io_requests(dom: &str) -> u64 {
+    let o = output_within(
+        Command::new("virsh").args(["-c", "qemu:///system", "domblkstat", dom]),
+        TOOL_LIMIT,
+    );
+    assert!(o.status.success(), "virsh domblkstat {dom}: {o:?}");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().rev();
+            let (n, key) = (w.next()?, w.next()?);
+            ["rd_req", "wr_req"]
+                .contains(&key)
+                .then(|| n.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// Waits (at most 30 s) until the domain's disks see new requests: fio is running.
+fn wait_io_moves(dom: &str) {
+    let before = io_requests(dom);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while io_requests(dom) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "{dom}: no I/O within 30 s of the measured job"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn sigkill(pid: u32) {
@@ -386,10 +418,10 @@ fn bad_input(sum: &mut Summary) {
         sum.check(name, ok, format!("exit {:?}: {err}", out.status.code()));
     }
     // Hidden options stay out of --help.
-    let help = Command::new(env!("CARGO_BIN_EXE_vmbench"))
-        .args(["matrix", "--help"])
-        .output()
-        .unwrap();
+    let help = output_within(
+        Command::new(env!("CARGO_BIN_EXE_vmbench")).args(["matrix", "--help"]),
+        TOOL_LIMIT,
+    );
     let help = String::from_utf8_lossy(&help.stdout);
     sum.check(
         "test-only options hidden from --help",

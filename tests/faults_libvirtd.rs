@@ -13,7 +13,7 @@ struct LibvirtdBack;
 impl Drop for LibvirtdBack {
     fn drop(&mut self) {
         if pids_named("libvirtd").is_empty() {
-            let _ = libvirtd_daemon().status();
+            let _ = deadline::try_output_within(&mut libvirtd_daemon(), TOOL_LIMIT);
         }
         wait_libvirt_up();
     }
@@ -40,10 +40,12 @@ fn libvirtd_daemon() -> Command {
 fn wait_libvirt_up() {
     let end = Instant::now() + Duration::from_secs(30);
     while Instant::now() < end {
-        let ok = Command::new("virsh")
-            .args(["-c", "qemu:///system", "version"])
-            .output()
-            .map(|o| o.status.success());
+        // Not output_within: this runs in a drop guard, which must not panic.
+        let ok = deadline::try_output_within(
+            Command::new("virsh").args(["-c", "qemu:///system", "version"]),
+            Duration::from_secs(10),
+        )
+        .map(|o| o.status.success());
         if ok.unwrap_or(false) {
             return;
         }
@@ -52,14 +54,39 @@ fn wait_libvirt_up() {
     panic!("libvirtd did not come back");
 }
 
+/// The system libvirtd this test restarts: the pid in its pid file (`libvirtd -d` writes
+/// /run/libvirtd.pid), checked to be a running libvirtd.
+fn system_libvirtd() -> u32 {
+    let text = std::fs::read_to_string("/run/libvirtd.pid").expect("libvirtd's pid file");
+    let pid: u32 = text.trim().parse().expect("a pid in /run/libvirtd.pid");
+    assert!(
+        pids_named("libvirtd").contains(&pid),
+        "/run/libvirtd.pid names {pid}, which is not a running libvirtd"
+    );
+    pid
+}
+
+/// Stops exactly that libvirtd (SIGTERM to its pid, waiting for it to go) and starts the
+/// daemon again the way scripts/setup-host does (`libvirtd -d`).
 fn restart_libvirtd() {
-    let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
+    let pid = system_libvirtd();
+    let r = unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert_eq!(r, 0, "kill -TERM {pid}");
     let end = Instant::now() + Duration::from_secs(20);
-    while !pids_named("libvirtd").is_empty() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
+    while pids_named("libvirtd").contains(&pid) {
+        assert!(
+            Instant::now() < end,
+            "libvirtd {pid} did not exit on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(libvirtd_daemon().status().unwrap().success());
+    assert!(output_within(&mut libvirtd_daemon(), TOOL_LIMIT)
+        .status
+        .success());
     wait_libvirt_up();
+    let new = system_libvirtd();
+    assert_ne!(new, pid, "a new libvirtd");
+    eprintln!("test: libvirtd {pid} stopped, {new} started");
 }
 
 #[test]
@@ -67,19 +94,16 @@ fn restart_libvirtd() {
 fn libvirtd_restart_mid_cell_fails_that_cell_and_the_next_one_runs() {
     let _back = LibvirtdBack;
     let s = Scratch::new();
-    let mut child = s
-        .matrix_cmd(&[
-            "--backend",
-            "local",
-            "--format",
-            "raw,qcow2",
-            "--runtime",
-            "8",
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = s.matrix_cmd(&[
+        "--backend",
+        "local",
+        "--format",
+        "raw,qcow2",
+        "--runtime",
+        "8",
+    ]);
+    cmd.stderr(Stdio::piped()).stdout(Stdio::null());
+    let mut child = spawn_within(&mut cmd, MATRIX_LIMIT);
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {

@@ -17,6 +17,9 @@ use vmbench::results::{CellResult, FailureKind, Outcome};
 /// The hostname host2's libvirtd reports (its UTS namespace).
 const HOST2_HOSTNAME: &str = "vmbench-host2";
 
+/// How long one scripts/test-host2 command may take (start: two daemons and a veth).
+const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
+
 fn script(args: &[&str]) -> Command {
     let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/test-host2"));
     c.args(args);
@@ -30,7 +33,7 @@ struct Host2 {
 
 impl Host2 {
     fn start() -> Host2 {
-        let out = show(script(&["start"]).output().unwrap());
+        let out = show(output_within(&mut script(&["start"]), SCRIPT_LIMIT));
         assert!(out.status.success(), "scripts/test-host2 start failed");
         let uri = String::from_utf8(out.stdout).unwrap().trim().to_string();
         assert!(uri.starts_with("qemu+tcp://169.254."), "{uri}");
@@ -41,7 +44,7 @@ impl Host2 {
     fn exec(&self, args: &[&str]) -> Output {
         let mut all = vec!["exec"];
         all.extend_from_slice(args);
-        script(&all).output().unwrap()
+        output_within(&mut script(&all), SCRIPT_LIMIT)
     }
 
     /// Whether `path` exists in host2's mount namespace.
@@ -51,13 +54,7 @@ impl Host2 {
 
     /// virsh over TCP, from this (the root) namespace, as vmbench reaches host2.
     fn virsh(&self, args: &[&str]) -> String {
-        let o = Command::new("virsh")
-            .arg("-c")
-            .arg(&self.uri)
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        virsh_at(&self.uri, args)
     }
 
     fn libvirtd_pid(&self) -> i32 {
@@ -84,14 +81,14 @@ impl Host2 {
 
     /// Stops host2; the script fails when a process of its namespaces survives.
     fn stop(&self) {
-        let out = show(script(&["stop"]).output().unwrap());
+        let out = show(output_within(&mut script(&["stop"]), SCRIPT_LIMIT));
         assert!(out.status.success(), "scripts/test-host2 stop failed");
     }
 }
 
 impl Drop for Host2 {
     fn drop(&mut self) {
-        match script(&["stop"]).output() {
+        match deadline::try_output_within(&mut script(&["stop"]), SCRIPT_LIMIT) {
             Ok(o) if o.status.success() => {}
             o => eprintln!("scripts/test-host2 stop: {o:?}"),
         }
@@ -261,25 +258,22 @@ fn host2_libvirtd_killed_mid_cell_fails_only_host2s_cell() {
     let h2 = Host2::start();
     let s = Scratch::new();
     let host2 = format!("h2={}", h2.uri);
-    let mut child = s
-        .matrix_cmd(&[
-            "--hypervisor",
-            "qemu",
-            "--backend",
-            "local",
-            "--format",
-            "raw",
-            "--runtime",
-            "8",
-            "--host",
-            "local=qemu:///system",
-            "--host",
-            &host2,
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = s.matrix_cmd(&[
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--runtime",
+        "8",
+        "--host",
+        "local=qemu:///system",
+        "--host",
+        &host2,
+    ]);
+    cmd.stderr(Stdio::piped()).stdout(Stdio::null());
+    let mut child = spawn_within(&mut cmd, MATRIX_LIMIT);
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -328,21 +322,20 @@ fn host2_libvirtd_killed_mid_cell_fails_only_host2s_cell() {
     s.assert_no_leftovers();
     // host2 back up: vmbench could not reach it to clean up, so its domain may still run there;
     // `vmbench cleanup` against host2 removes what the run left, and then host2 is empty.
-    let out = script(&["start-libvirtd"]).output().unwrap();
+    let out = output_within(&mut script(&["start-libvirtd"]), SCRIPT_LIMIT);
     assert!(show(out).status.success(), "host2's libvirtd restarts");
     eprintln!(
         "left on host2 after the kill: domains [{}] pools [{}]",
         h2.virsh(&["list", "--all", "--name"]).trim(),
         h2.virsh(&["pool-list", "--all", "--name"]).trim()
     );
-    let out = show(
+    let out = show(output_within(
         Command::new(env!("CARGO_BIN_EXE_vmbench"))
             .args(["cleanup", "--connect", &h2.uri, "--run", &rec.run_id])
             .arg("--runs-dir")
-            .arg(s.runs())
-            .output()
-            .unwrap(),
-    );
+            .arg(s.runs()),
+        TOOL_LIMIT,
+    ));
     assert!(out.status.success(), "vmbench cleanup on host2");
     h2.assert_empty();
     let left = h2.run_files(&rec.run_id);

@@ -3,11 +3,11 @@
 //! namespace of the test, its files outside the scratch dir) plays the external server, with an
 //! account and LUN the test makes; vmbench is only given its URL and the file.
 mod common;
+use common::argv::{ArgvRecorder, ExecLog};
 use common::*;
 use rand::distributions::{Alphanumeric, DistString};
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vmbench::results::Outcome;
@@ -127,50 +127,6 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-/// Watches every process's argv (`/proc/PID/cmdline`, what any local user can read) while it
-/// runs; `stop` returns the command names of those that carried `secret`, and how many
-/// qemu-img/qemu-io command lines with a `password-secret` it saw.
-struct ArgvWatch {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<(Vec<String>, usize)>,
-}
-
-impl ArgvWatch {
-    fn start(secret: &str) -> ArgvWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, secret) = (stop.clone(), secret.to_string());
-        let thread = std::thread::spawn(move || {
-            let (mut leaks, mut seen) = (Vec::new(), std::collections::BTreeSet::new());
-            while !flag.load(Ordering::SeqCst) {
-                for e in std::fs::read_dir("/proc").unwrap().flatten() {
-                    let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                        continue;
-                    };
-                    let Ok(argv) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                        continue;
-                    };
-                    if contains(&argv, &secret) {
-                        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                            .unwrap_or_default();
-                        leaks.push(format!("pid {pid} ({})", comm.trim()));
-                    }
-                    if contains(&argv, "password-secret=") {
-                        seen.insert(pid);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            (leaks, seen.len())
-        });
-        ArgvWatch { stop, thread }
-    }
-
-    fn stop(self) -> (Vec<String>, usize) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap()
-    }
-}
-
 /// The libvirt secrets vmbench defined for external targets.
 fn external_secrets() -> Vec<String> {
     virsh(&["secret-list"])
@@ -230,19 +186,70 @@ fn external_iscsi_with_a_chap_file_passes_raw_and_qcow2_and_keeps_the_secret() {
     let good = chap_file(files.path(), "chap", &target.secret);
     let (secrets_before, dirs_before) = (external_secrets(), secret_dirs());
     let s = Scratch::new();
-    let watch = ArgvWatch::start(&target.secret);
-    let out = s.matrix(&chap_args(&target.url, &good, "raw,qcow2"));
-    let (leaks, seen) = watch.stop();
+    // Every process's argv, polled (QEMU, libvirt's helpers, whatever else runs) ...
+    let recorder = ArgvRecorder::start();
+    // ... and exactly every call of vmbench's own helpers that take the credentials.
+    let exec_log = ExecLog::new(&["qemu-img", "qemu-io"]);
+    let mut cmd = s.matrix_cmd(&chap_args(&target.url, &good, "raw,qcow2"));
+    cmd.env("PATH", exec_log.path_env());
+    let out = show(output_within(&mut cmd, MATRIX_LIMIT));
+    let polled = recorder.stop();
     assert_eq!(out.status.code(), Some(0), "both cells must pass");
+    let calls = exec_log.calls();
+    let leaks: Vec<String> = polled
+        .iter()
+        .chain(&calls)
+        .filter(|a| a.carries(&target.secret))
+        .map(|a| format!("{}: {}", a.comm, a.line()))
+        .collect();
     assert!(
         leaks.is_empty(),
         "the secret was on a command line: {leaks:?}"
     );
-    // The watch was live: it caught vmbench's own qemu-img/qemu-io calls (4 in this run:
-    // info for each cell, convert and qemu-io for the qcow2), each naming only the secret file.
-    assert!(seen >= 1, "the argv watch saw no qemu-img/qemu-io call");
+    let (_, rec) = s.run_record();
+    // The poll was live for both cells: it saw each cell's QEMU (its argv names the domain).
+    for seq in 0..2 {
+        let dom = format!("guest=vmbench-{}-{seq:03}", rec.run_id);
+        assert!(
+            polled
+                .iter()
+                .any(|a| a.comm.starts_with("qemu-system") && a.carries(&dom)),
+            "the argv poll never saw the QEMU of {dom}"
+        );
+    }
+    // vmbench's calls on the external LUN, each logged: `qemu-img info` for each cell, the
+    // qcow2 header's `qemu-img convert` onto the LUN and `qemu-io`'s wipe of it. Each logs in
+    // by a secret object read from a file, never the secret itself.
+    let mut on_lun: Vec<String> = calls
+        .iter()
+        .filter(|a| a.carries("driver=iscsi"))
+        .map(|a| {
+            let line = a.line();
+            assert!(
+                a.carries(&format!("user={USER},password-secret=chap0"))
+                    && a.carries("secret,id=chap0,file="),
+                "a call on the LUN without the secret object: {line}"
+            );
+            let words: Vec<&str> = line.split(' ').collect();
+            match a.comm.as_str() {
+                "qemu-img" => format!("qemu-img {}", words[1]),
+                _ => a.comm.clone(),
+            }
+        })
+        .collect();
+    on_lun.sort();
+    assert_eq!(
+        on_lun,
+        [
+            "qemu-img convert",
+            "qemu-img info",
+            "qemu-img info",
+            "qemu-io"
+        ],
+        "calls on the LUN: {calls:?}"
+    );
 
-    let (run, rec) = s.run_record();
+    let run = s.run_record().0;
     assert_eq!(rec.cells.len(), 2);
     let mut formats = Vec::new();
     for c in &rec.cells {

@@ -27,7 +27,8 @@ fn hosts_run_in_parallel_and_a_down_host_fails_only_its_cells() {
         "down=qemu+tcp://127.0.0.1:1/system",
     ]);
     let wall_ms = t.elapsed().as_millis() as u64;
-    assert!(out.status.code().is_some(), "killed by a signal");
+    // Two cells passed; the down host's cell is unsupported, not failed: the run succeeds.
+    assert_eq!(out.status.code(), Some(0), "exit status");
     let (_, rec) = s.run_record();
     let by_id = |id: &str| {
         rec.cells

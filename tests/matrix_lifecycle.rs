@@ -1,90 +1,15 @@
 //! Issue 4's lifecycle: Ctrl-C mid-cell and `--resume`, `cleanup` after `kill -9`, a live run
-//! left alone, two runs at once, and `--dry-run`. Real libvirtd, QEMU under TCG, tgtd.
+//! left alone, and `--dry-run`. Real libvirtd, QEMU under TCG, tgtd. (Two runs at once: the
+//! test in matrix_links.rs, with embedded servers, also checks their run ids and domain names.)
 mod common;
+use common::running::Running;
 use common::*;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use std::collections::BTreeSet;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vmbench::results::RunRecord;
-
-/// A `vmbench matrix` running in the background, its stderr collected line by line.
-struct Running {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Running {
-    fn spawn(cmd: &mut Command) -> Running {
-        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-        let err = child.stderr.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let l2 = lines.clone();
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("vmbench: {l}");
-                l2.lock().unwrap().push(l);
-            }
-        });
-        Running { child, lines }
-    }
-
-    /// Waits until a line after the one matching `first` matches `then`.
-    fn wait_for(&self, first: &str, then: &[&str], timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            {
-                let lines = self.lines.lock().unwrap();
-                if let Some(i) = lines.iter().position(|l| l.contains(first)) {
-                    if lines[i..]
-                        .iter()
-                        .any(|l| then.iter().any(|t| l.contains(t)))
-                    {
-                        return;
-                    }
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {then:?} after {first:?} within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn signal(&self, s: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), s).unwrap();
-    }
-
-    /// Waits for the exit (bounded: teardown after a signal must not hang).
-    fn wait(&mut self, timeout: Duration) -> (Option<i32>, String) {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("vmbench did not exit within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        // Let the reader thread drain the pipe.
-        std::thread::sleep(Duration::from_millis(200));
-        (status.code(), self.lines.lock().unwrap().join("\n"))
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn vmbench(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
@@ -320,40 +245,6 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
     assert!(run.join("servers/tgt/tgtd.log").is_file());
     assert!(cleanup(&s).contains("nothing to clean up"));
     s.assert_no_leftovers();
-}
-
-#[test]
-#[ignore = "host: root libvirtd qemu"]
-fn two_runs_at_once_do_not_collide() {
-    let (a, b) = (Scratch::new(), Scratch::new());
-    let args = [
-        "--hypervisor",
-        "qemu",
-        "--backend",
-        "local",
-        "--format",
-        "raw",
-    ];
-    let mut ra = Running::spawn(a.matrix_cmd(&args).stdout(Stdio::null()));
-    let mut rb = Running::spawn(b.matrix_cmd(&args).stdout(Stdio::null()));
-    let (ca, ea) = ra.wait(Duration::from_secs(240));
-    let (cb, eb) = rb.wait(Duration::from_secs(240));
-    assert_eq!(ca, Some(0), "{ea}");
-    assert_eq!(cb, Some(0), "{eb}");
-    let (da, reca) = a.run_record();
-    let (db, recb) = b.run_record();
-    assert_ne!(reca.run_id, recb.run_id);
-    assert_real_randrw(&reca.cells[0]);
-    assert_real_randrw(&recb.cells[0]);
-    let name = |d: &Path| {
-        let cell = d.join("cells").join(&cell_dirs(d)[0]);
-        let xml = std::fs::read_to_string(cell.join("domain.xml")).unwrap();
-        let start = xml.find("<name>").unwrap() + 6;
-        xml[start..start + xml[start..].find('<').unwrap()].to_string()
-    };
-    assert_ne!(name(&da), name(&db));
-    a.assert_no_leftovers();
-    b.assert_no_leftovers();
 }
 
 #[test]

@@ -112,6 +112,65 @@ fn kvm_that_cannot_boot_fails_its_cell_with_the_console_tail_and_the_run_goes_on
     s.assert_no_leftovers();
 }
 
+/// The KVM boot probe for real (no `--no-probe`): it boots the guest once under KVM and waits
+/// for its hello. Here KVM cannot boot a stock kernel, so every KVM cell is "unsupported on
+/// this host" with the probe's reason (the guest never said hello, with the console tail),
+/// within the probe's boot timeout, and no cell's domain is ever made.
+#[test]
+#[ignore = "host: root libvirtd qemu"]
+fn kvm_boot_probe_marks_the_kvm_cells_unsupported_with_its_reason() {
+    use vmbench::matrix::probe::PROBE_BOOT_SECS;
+    if !std::path::Path::new("/dev/kvm").exists() {
+        return skip("no /dev/kvm: the matrix answers before the boot probe");
+    }
+    let s = Scratch::new();
+    let t = std::time::Instant::now();
+    let out = s.matrix(&[
+        "--hypervisor",
+        "kvm",
+        "--backend",
+        "local",
+        "--format",
+        "raw,qcow2",
+    ]);
+    let secs = t.elapsed().as_secs();
+    let (run, rec) = s.run_record();
+    assert_eq!(rec.cells.len(), 2);
+    if rec.cells.iter().all(passed) {
+        // A host whose KVM boots the guest: the probe let the cells run.
+        assert_eq!(out.status.code(), Some(0));
+        return skip("KVM boots the guest here: the probe's refusal is not shown");
+    }
+    for c in &rec.cells {
+        let Outcome::Unsupported(why) = &c.outcome else {
+            panic!("{}: {:?}", c.cell_id, c.outcome)
+        };
+        assert!(
+            why.starts_with("unsupported on this host: kvm: probe boot failed: ")
+                && why.contains("never said hello")
+                && why.contains("console tail"),
+            "{why}"
+        );
+    }
+    // Nothing was measured: a nightly gate must not go green.
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no cell could be measured"), "{err}");
+    // The probe gave up at its own timeout, not at a cell's boot timeout or the job's limit.
+    assert!(
+        (PROBE_BOOT_SECS..PROBE_BOOT_SECS + 60).contains(&secs),
+        "the run took {secs} s with a {PROBE_BOOT_SECS} s probe"
+    );
+    // No cell got as far as a domain or a disk.
+    let cells = std::fs::read_dir(run.join("cells")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.path().join("domain.xml").exists())
+            .count()
+    });
+    assert_eq!(cells, 0, "a KVM cell made a domain");
+    s.assert_no_leftovers();
+}
+
 #[test]
 #[ignore = "host: root libvirtd qemu"]
 fn bad_input_is_exit_2_and_creates_nothing() {

@@ -18,11 +18,10 @@ fn matrix_with(s: &Scratch, args: &[&str], during: impl FnOnce(&Path)) -> Option
 
 /// [`matrix_with`] for a prepared `vmbench matrix` command.
 fn run_matrix(s: &Scratch, mut cmd: Command, during: impl FnOnce(&Path)) -> Option<i32> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_within(
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()),
+        MATRIX_LIMIT,
+    );
     let stdout = child.stdout.take().unwrap();
     let out_thread = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
     let mut during = Some(during);
@@ -49,11 +48,12 @@ fn run_matrix(s: &Scratch, mut cmd: Command, during: impl FnOnce(&Path)) -> Opti
 
 /// `PROGRAM ARGS` as `nobody` (uid/gid 65534, no supplementary groups).
 fn as_nobody(program: &str, args: &[&str]) -> Output {
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
-        .args(args)
-        .output()
-        .unwrap();
+    let o = output_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+            .args(args),
+        TOOL_LIMIT,
+    );
     eprintln!(
         "nobody$ {program} {}: {}\n{}{}",
         args.join(" "),
@@ -168,20 +168,19 @@ fn secret_given_to_qemu(qemu_pid: u32) -> String {
         .find(|o| o["keyid"] == "masterKey0")
         .expect("an encrypted secret object on QEMU's command line");
     let b64 = |v: &serde_json::Value| {
-        let o = Command::new("base64")
-            .arg("-d")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin
-                    .take()
-                    .unwrap()
-                    .write_all(v.as_str().unwrap().as_bytes())?;
-                c.wait_with_output()
-            })
-            .unwrap();
+        let mut c = spawn_within(
+            Command::new("base64")
+                .arg("-d")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+            TOOL_LIMIT,
+        );
+        {
+            use std::io::Write;
+            let mut stdin = c.stdin.take().unwrap();
+            stdin.write_all(v.as_str().unwrap().as_bytes()).unwrap();
+        }
+        let o = c.wait_with_output().unwrap();
         o.stdout
     };
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
@@ -189,13 +188,14 @@ fn secret_given_to_qemu(qemu_pid: u32) -> String {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::write(&data, b64(&chap["data"])).unwrap();
-    let o = Command::new("openssl")
-        .args(["enc", "-d", "-aes-256-cbc", "-K", &hex(&key), "-iv"])
-        .arg(hex(&b64(&chap["iv"])))
-        .arg("-in")
-        .arg(&data)
-        .output()
-        .unwrap();
+    let o = output_within(
+        Command::new("openssl")
+            .args(["enc", "-d", "-aes-256-cbc", "-K", &hex(&key), "-iv"])
+            .arg(hex(&b64(&chap["iv"])))
+            .arg("-in")
+            .arg(&data),
+        TOOL_LIMIT,
+    );
     assert!(o.status.success(), "openssl: {o:?}");
     String::from_utf8(o.stdout).unwrap()
 }
@@ -269,12 +269,11 @@ fn iscsi_needs_the_per_run_chap_secret() {
         assert!(!as_nobody("iscsi-inq", &[&wrong]).status.success());
         // With the run's secret the same tool gets in: the refusals are CHAP's.
         let right = format!("iscsi://{user}%{secret}@{lun}");
-        assert!(Command::new("iscsi-inq")
-            .arg(&right)
-            .output()
-            .unwrap()
-            .status
-            .success());
+        assert!(
+            output_within(Command::new("iscsi-inq").arg(&right), TOOL_LIMIT)
+                .status
+                .success()
+        );
         seen = Some((secret, usage));
     });
     assert_eq!(code, Some(0), "the iSCSI cell must pass");

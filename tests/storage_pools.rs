@@ -6,7 +6,7 @@
 //! killed run's pools. The pool directories live in temporary directories under /var/tmp.
 
 mod common;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use vmbench::cell::{Backend, Format};
 use vmbench::image::upload::{self, Placed};
@@ -161,7 +161,15 @@ fn teardown_after_libvirt_forgot_the_pool_still_removes_the_volume() {
     // What a host reboot does to a transient pool (a libvirtd restart keeps it): gone, files
     // kept.
     let name = d.params["pool"].clone();
-    common::virsh(&["pool-destroy", &name]);
+    let out = common::output_within(
+        std::process::Command::new("virsh").args(["-c", URI, "pool-destroy", &name]),
+        common::TOOL_LIMIT,
+    );
+    assert!(out.status.success(), "virsh pool-destroy {name}: {out:?}");
+    assert!(
+        pools_with(&place.prefix).is_empty(),
+        "libvirt still has the destroyed pool {name}"
+    );
     assert!(path.exists());
     b.teardown().unwrap();
     assert!(!path.exists(), "{} left", path.display());
@@ -246,10 +254,17 @@ fn an_image_goes_to_the_host_once_and_the_run_dir_is_removed() {
         on_host.kernel.display()
     );
     assert_eq!(std::fs::read(&on_host.kernel).unwrap(), k);
-    let mtime = std::fs::metadata(&on_host.initrd).unwrap().mtime();
+    common::stamp_untouched(&on_host.kernel);
+    common::stamp_untouched(&on_host.initrd);
     let second = upload::ensure_on_host(URI, &base, &run, &image).unwrap();
     assert_eq!(second.initrd, on_host.initrd);
-    assert_eq!(std::fs::metadata(&second.initrd).unwrap().mtime(), mtime);
+    for f in [&second.kernel, &second.initrd] {
+        assert!(
+            common::is_untouched(f),
+            "{} was uploaded again",
+            f.display()
+        );
+    }
     // The run's disk directory beside them: made by a cell's pool, removed at the end.
     let run_dir = base.join(format!("vmbench-{run}-h2"));
     let mut b = LocalBackend::on_host(

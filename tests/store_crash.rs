@@ -67,17 +67,35 @@ fn big_cell(i: usize) -> CellResult {
     }
 }
 
-/// Writer mode: a no-op unless the parent set the env var.
-#[test]
-fn writer_child_mode() {
-    let Ok(path) = std::env::var(ENV) else { return };
-    let store = Store::open(path.as_ref()).unwrap();
+/// Records `big_cell(0..)` into the store at `path`, one transaction each, printing
+/// "committed N" after each: `limit` cells, or until killed.
+fn write_cells(path: &std::path::Path, limit: Option<usize>) {
+    let store = Store::open(path).unwrap();
     store
         .begin_run(RUN, "2026-12-02T00:00:00Z", &["vmbench".into()], "h")
         .unwrap();
-    for i in 0.. {
+    for i in (0..).take_while(|i| limit.is_none_or(|n| *i < n)) {
         store.record_cell(RUN, &big_cell(i)).unwrap();
         println!("committed {i}");
+    }
+}
+
+/// The writer the crash test kills: as its child (`VMBENCH_STORE_WRITER=<db path>`) it writes
+/// until killed. On its own it checks that same writer: a few cells, each loaded back whole, so
+/// a writer that commits nothing (which would make the crash test vacuous) fails here.
+#[test]
+fn writer_child_mode() {
+    if let Ok(path) = std::env::var(ENV) {
+        write_cells(path.as_ref(), None);
+        unreachable!("the writer writes until killed");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("writer.db");
+    write_cells(&db, Some(3));
+    let run = Store::open(&db).unwrap().load_run(RUN).unwrap();
+    assert_eq!(run.cells.len(), 3, "cells committed by the writer");
+    for (i, c) in run.cells.iter().enumerate() {
+        assert_eq!(c, &big_cell(i), "cell {i} as written");
     }
 }
 

@@ -52,15 +52,20 @@ fn chap_account_made_over_the_control_socket_logs_in_and_stays_off_argv() {
     );
     let marker = format!("argv-marker-{}", std::process::id());
 
+    // Returns once it has read every process's argv at least once.
     let rec = ArgvRecorder::start();
-    std::thread::sleep(std::time::Duration::from_millis(50));
     tgt_ipc::new_account(&socket, USER, &secret).expect("account over the control socket");
-    // A process whose argv the recorder must see: proof that it was watching.
-    let probe = Command::new("sh")
-        .args(["-c", "sleep 0.3", &marker])
-        .status()
+    // A process whose argv the recorder must see, alive until the recorder made a whole pass
+    // after it started: proof that it was watching.
+    let mut probe = Command::new("sh")
+        .args(["-c", "read -r _; exit 0", &marker])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(probe.success());
+    rec.wait_sweep();
+    // End of its input: the probe exits.
+    drop(probe.stdin.take());
+    assert!(probe.wait().unwrap().success());
     let seen = rec.stop();
     assert!(
         seen.iter().any(|s| s.carries(&marker)),

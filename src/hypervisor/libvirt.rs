@@ -53,13 +53,37 @@ pub enum DomainState {
     /// Running.
     Running,
     /// Paused, with libvirt's reason (an I/O error pauses it under werror=stop).
-    Paused(String),
+    Paused(PausedReason),
     /// Shut off or gone (transient domains disappear when they stop).
     Gone,
     /// Crashed.
     Crashed,
     /// Anything else.
     Other(String),
+}
+
+/// Why libvirt says a domain is paused (`virDomainPausedReason`), as far as vmbench acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausedReason {
+    /// QEMU stopped the guest on a disk I/O error (werror/rerror=stop): the storage is lost.
+    IoError,
+    /// Someone paused it (`virsh suspend`).
+    User,
+    /// The guest crashed and libvirt paused it.
+    Crashed,
+    /// Any other of libvirt's reasons, by number.
+    Other(i32),
+}
+
+impl std::fmt::Display for PausedReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PausedReason::IoError => f.write_str("I/O error"),
+            PausedReason::User => f.write_str("paused by user"),
+            PausedReason::Crashed => f.write_str("guest crashed"),
+            PausedReason::Other(n) => write!(f, "reason {n}"),
+        }
+    }
 }
 
 /// A domain vmbench created, found through its metadata marker.
@@ -203,8 +227,7 @@ impl RunningDomain {
 
     /// Current state; a transient domain that stopped is `Gone`.
     pub fn state(&self) -> DomainState {
-        let guard = self.lock();
-        let Some(dom) = guard.as_ref() else {
+        let Some(dom) = self.handle() else {
             return DomainState::Gone;
         };
         match dom.get_state() {
@@ -222,7 +245,7 @@ impl RunningDomain {
     /// libvirt's bulk statistics of this domain (`virDomainListGetStats`: CPU with its
     /// user/system split, each disk's counters with times); `None` once the domain is gone.
     pub fn stats(&self, groups: super::domstats::Groups) -> Option<super::domstats::DomainStats> {
-        super::domstats::query(self.lock().as_ref()?, groups).ok()
+        super::domstats::query(&self.handle()?, groups).ok()
     }
 
     /// The domain's CPU time from its domain stats, or from `virDomainGetInfo` (total only)
@@ -239,7 +262,7 @@ impl RunningDomain {
         }) {
             return Some(total_ns);
         }
-        let info = self.lock().as_ref()?.get_info().ok()?;
+        let info = self.handle()?.get_info().ok()?;
         Some(DomainCpu {
             total_ns: info.cpu_time,
             ..DomainCpu::default()
@@ -256,7 +279,7 @@ impl RunningDomain {
             return Some(c);
         }
         // Older drivers: the per-disk call, counts only.
-        let s = self.lock().as_ref()?.get_block_stats(dev).ok()?;
+        let s = self.handle()?.get_block_stats(dev).ok()?;
         let u = |x: i64| u64::try_from(x).unwrap_or(0);
         Some(crate::metrics::qmp::DiskCounters {
             rd_ops: u(s.rd_req),
@@ -288,8 +311,7 @@ impl RunningDomain {
 
     /// Sends one QMP command through libvirt's monitor passthrough; returns QMP's JSON answer.
     pub fn qmp(&self, command_json: &str) -> Result<String, LibvirtError> {
-        let guard = self.lock();
-        let dom = guard.as_ref().ok_or_else(|| LibvirtError::Call {
+        let dom = self.handle().ok_or_else(|| LibvirtError::Call {
             action: "qmp".into(),
             message: "domain is gone".into(),
         })?;
@@ -304,12 +326,20 @@ impl RunningDomain {
         for slot in channels.iter().filter_map(std::sync::Weak::upgrade) {
             slot.abort();
         }
-        if let Some(dom) = self.lock().take() {
+        let taken = self.lock().take();
+        if let Some(dom) = taken {
             if dom.is_active().unwrap_or(false) {
                 // A failure here means it stopped on its own in between; either way it is gone.
                 let _ = dom.destroy();
             }
         }
+    }
+
+    /// A reference of its own to the domain (`virDomainRef`), so that no libvirt call is made
+    /// under the mutex: a monitor call that hangs (QEMU stuck on a dead NFS server) must not
+    /// block `destroy` or the storage watch's state reads, which would then hang the cell.
+    fn handle(&self) -> Option<Domain> {
+        self.lock().clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Domain>> {
@@ -352,12 +382,12 @@ fn dotted(v: u32) -> String {
     format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000)
 }
 
-fn paused_reason(r: i32) -> String {
+fn paused_reason(r: i32) -> PausedReason {
     match r as u32 {
-        sys::VIR_DOMAIN_PAUSED_IOERROR => "I/O error".into(),
-        sys::VIR_DOMAIN_PAUSED_USER => "paused by user".into(),
-        sys::VIR_DOMAIN_PAUSED_CRASHED => "guest crashed".into(),
-        other => format!("reason {other}"),
+        sys::VIR_DOMAIN_PAUSED_IOERROR => PausedReason::IoError,
+        sys::VIR_DOMAIN_PAUSED_USER => PausedReason::User,
+        sys::VIR_DOMAIN_PAUSED_CRASHED => PausedReason::Crashed,
+        _ => PausedReason::Other(r),
     }
 }
 

@@ -2,7 +2,7 @@
 //! or QEMU pauses the domain on an I/O error, instead of letting the guest hang until the job's
 //! total timeout; and it explains a guest error by the domain's state.
 
-use super::libvirt::{DomainState, RunningDomain};
+use super::libvirt::{DomainState, PausedReason, RunningDomain};
 use crate::metrics::qmp::DiskCounters;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,10 +23,8 @@ pub async fn storage_lost(dom: Arc<RunningDomain>, server: Option<(&'static str,
         }
         let d = dom.clone();
         let state = tokio::task::spawn_blocking(move || d.state()).await;
-        if let Ok(DomainState::Paused(r)) = state {
-            if r == "I/O error" {
-                return "storage server lost: QEMU paused the domain on an I/O error".into();
-            }
+        if let Ok(DomainState::Paused(PausedReason::IoError)) = state {
+            return "storage server lost: QEMU paused the domain on an I/O error".into();
         }
     }
 }

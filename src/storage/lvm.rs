@@ -162,18 +162,24 @@ impl LvmBackend {
     }
 }
 
+/// What any LVM cell needs from the host before a volume group is named: device-mapper and a
+/// working lvm2 (for `vmbench doctor`, and the first half of [`LvmBackend::check`]).
+pub fn host_check() -> Result<(), Unsupported> {
+    if !device_mapper_present() {
+        return Err(Unsupported(
+            "no device-mapper (/dev/mapper/control or 'device-mapper' in /proc/misc is \
+             missing), so LVM volumes cannot be activated"
+                .into(),
+        ));
+    }
+    cmd::run("lvm", &["version"]).map_err(|e| Unsupported(format!("lvm2 is not usable: {e}")))?;
+    Ok(())
+}
+
 impl StorageBackend for LvmBackend {
     fn check(&self) -> Result<(), Unsupported> {
         self.validate().map_err(|e| Unsupported(e.to_string()))?;
-        if !device_mapper_present() {
-            return Err(Unsupported(
-                "no device-mapper (/dev/mapper/control or 'device-mapper' in /proc/misc is \
-                 missing), so LVM volumes cannot be activated"
-                    .into(),
-            ));
-        }
-        cmd::run("lvm", &["version"])
-            .map_err(|e| Unsupported(format!("lvm2 is not usable: {e}")))?;
+        host_check()?;
         cmd::run("vgs", &[self.vg.as_str()])
             .map_err(|e| Unsupported(format!("volume group '{}' not found: {e}", self.vg)))?;
         if let Some(p) = &self.thin_pool {

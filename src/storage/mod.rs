@@ -313,7 +313,11 @@ pub fn host_support(backend: Backend) -> Result<String, String> {
         Backend::Lvm if !lvm::device_mapper_present() => {
             return Err("no device-mapper (LVM volumes cannot be activated)".into())
         }
-        Backend::Lvm => Box::new(lvm::LvmBackend::new(String::new(), None)),
+        Backend::Lvm => {
+            return lvm::host_check()
+                .map(|()| "device-mapper and lvm2 present; needs --lvm-vg".into())
+                .map_err(|u| u.0)
+        }
         Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
         Backend::Hostdir => {
             return hostdir::host_check()
@@ -323,10 +327,6 @@ pub fn host_support(backend: Backend) -> Result<String, String> {
     };
     match probe.check() {
         Ok(()) => Ok("available".into()),
-        // An LVM probe without a VG can only say whether device-mapper and lvm2 exist.
-        Err(u) if backend == Backend::Lvm && u.0.contains("volume group") => {
-            Ok("device-mapper and lvm2 present; needs --lvm-vg".into())
-        }
         Err(u) => Err(u.0),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// At most this many distinct command lines are kept (a run starts a few hundred processes).
@@ -31,16 +31,22 @@ impl Seen {
 }
 
 /// A background thread polling /proc about every millisecond. Short-lived processes (a tgtadm
-/// call lives a few ms) can be missed; callers assert the recorder saw some of them.
+/// call lives a few ms) can be missed; callers assert the recorder saw some of them, or keep a
+/// probe process alive across [`ArgvRecorder::wait_sweep`].
 pub struct ArgvRecorder {
     stop: Arc<AtomicBool>,
+    /// Completed passes over /proc, and a condition signalled after each.
+    sweeps: Arc<(Mutex<u64>, Condvar)>,
     thread: std::thread::JoinHandle<BTreeSet<Seen>>,
 }
 
 impl ArgvRecorder {
+    /// Starts the recorder and returns once it has made one whole pass over /proc: a process
+    /// started after `start` returns and alive across a later pass is seen.
     pub fn start() -> ArgvRecorder {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let sweeps = Arc::new((Mutex::new(0u64), Condvar::new()));
+        let (flag, done) = (stop.clone(), sweeps.clone());
         let thread = std::thread::spawn(move || {
             let mut seen = BTreeSet::new();
             while !flag.load(Ordering::SeqCst) {
@@ -61,11 +67,36 @@ impl ArgvRecorder {
                         });
                     }
                 }
+                *done.0.lock().unwrap() += 1;
+                done.1.notify_all();
                 std::thread::sleep(Duration::from_millis(1));
             }
             seen
         });
-        ArgvRecorder { stop, thread }
+        let r = ArgvRecorder {
+            stop,
+            sweeps,
+            thread,
+        };
+        r.wait_sweep();
+        r
+    }
+
+    /// Waits until a pass over /proc that began after this call has completed (at most 10 s):
+    /// every process alive from the call until then has been seen.
+    pub fn wait_sweep(&self) {
+        let (m, cv) = &*self.sweeps;
+        let at_call = *m.lock().unwrap();
+        // The pass under way at the call may have read /proc before it; the next one has not.
+        let (_guard, waited) = cv
+            .wait_timeout_while(m.lock().unwrap(), Duration::from_secs(10), |n| {
+                *n < at_call + 2
+            })
+            .unwrap();
+        assert!(
+            !waited.timed_out(),
+            "the argv recorder made no pass in 10 s"
+        );
     }
 
     /// Stops and returns every distinct (comm, argv) seen.

@@ -3,23 +3,65 @@
 #![allow(dead_code)]
 
 pub mod argv;
+pub mod deadline;
 
+// Not every test file uses each of them.
+#[allow(unused_imports)]
+pub use deadline::{output_within, spawn_within, Bounded};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 use vmbench::results::{CellResult, Outcome, RunRecord};
 
+/// How long one `vmbench matrix` of a test may take before it is killed and the test fails.
+/// Below the nextest ci profile's bound for a test (8 minutes), so a hung matrix fails its test
+/// with the console tails, not a bare SIGKILL from nextest.
+pub const MATRIX_LIMIT: Duration = Duration::from_secs(420);
+/// How long a short host command (virsh, qemu-img, a script) may take.
+pub const TOOL_LIMIT: Duration = Duration::from_secs(120);
+
+/// The libvirt URI the tests use.
+pub const URI: &str = "qemu:///system";
+
 /// A scratch area for one test: runs dir, work dir and database, all removed at the end.
+/// Under `$VMBENCH_TEST_SCRATCH` when set (scripts/test: so it can clean up after a test that
+/// was killed), else /var/tmp. Dropped during a panic, it first runs `vmbench cleanup` on its
+/// runs, so a failed test leaves nothing for the next one.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for id in self.run_ids() {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
+            c.args(["cleanup", "--run", &id, "--runs-dir"])
+                .arg(self.runs())
+                .env("NO_COLOR", "1");
+            // Never a second panic while unwinding: report and go on.
+            match deadline::try_output_within(&mut c, TOOL_LIMIT) {
+                Ok(o) => eprintln!(
+                    "vmbench cleanup --run {id}: {}\n{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Err(e) => eprintln!("vmbench cleanup --run {id}: {e}"),
+            }
+        }
+    }
 }
 
 impl Scratch {
     pub fn new() -> Scratch {
         use std::os::unix::fs::PermissionsExt;
         // /var/tmp: on disk (cache=none needs O_DIRECT, which tmpfs lacks).
+        let base = std::env::var_os("VMBENCH_TEST_SCRATCH").unwrap_or_else(|| "/var/tmp".into());
         let dir = tempfile::Builder::new()
             .prefix("vmbench-test-")
-            .tempdir_in("/var/tmp")
+            .tempdir_in(base)
             .unwrap();
         // QEMU runs as libvirt-qemu and must traverse to the disk images.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
@@ -69,13 +111,17 @@ impl Scratch {
         c
     }
 
-    /// [`Self::matrix_cmd_unsized`], run, its output shown.
+    /// [`Self::matrix_cmd_unsized`], run within [`MATRIX_LIMIT`], its output shown.
     pub fn matrix_with(&self, args: &[&str]) -> Output {
-        show(self.matrix_cmd_unsized(args).output().unwrap())
+        show(output_within(
+            &mut self.matrix_cmd_unsized(args),
+            MATRIX_LIMIT,
+        ))
     }
 
+    /// [`Self::matrix_cmd`], run within [`MATRIX_LIMIT`], its output shown.
     pub fn matrix(&self, args: &[&str]) -> Output {
-        show(self.matrix_cmd(args).output().unwrap())
+        show(output_within(&mut self.matrix_cmd(args), MATRIX_LIMIT))
     }
 
     /// The only run in this scratch's runs dir.
@@ -104,14 +150,20 @@ impl Scratch {
     /// Asserts nothing of this scratch's runs is left: no domain named after one of its runs, no
     /// work files, no server started for it. (Other tests' runs on the machine are not counted.)
     pub fn assert_no_leftovers(&self) {
+        self.assert_no_leftovers_on(URI)
+    }
+
+    /// [`Self::assert_no_leftovers`] against the libvirtd at `uri`: fails, never passes, when
+    /// that libvirtd does not answer.
+    pub fn assert_no_leftovers_on(&self, uri: &str) {
         let ids = self.run_ids();
-        let doms = virsh(&["list", "--all", "--name"]);
+        let doms = virsh_at(uri, &["list", "--all", "--name"]);
         let ours: Vec<&str> = doms
             .lines()
             .filter(|l| ids.iter().any(|id| l.contains(id.as_str())))
             .collect();
         assert!(ours.is_empty(), "domains left: {ours:?}");
-        let pools = virsh(&["pool-list", "--all", "--name"]);
+        let pools = virsh_at(uri, &["pool-list", "--all", "--name"]);
         let ours: Vec<&str> = pools
             .lines()
             .filter(|l| ids.iter().any(|id| l.contains(id.as_str())))
@@ -154,13 +206,25 @@ fn opens_under(pid: u32, dir: &str) -> bool {
     })
 }
 
+/// `virsh -c qemu:///system ARGS`' stdout; fails the test when virsh fails or hangs.
 pub fn virsh(args: &[&str]) -> String {
-    let o = Command::new("virsh")
-        .arg("-c")
-        .arg("qemu:///system")
-        .args(args)
-        .output()
-        .unwrap();
+    virsh_at(URI, args)
+}
+
+/// `virsh -c URI ARGS`' stdout, within [`TOOL_LIMIT`]; fails the test when virsh fails: a
+/// leftover check against a dead libvirtd must fail, not find nothing.
+pub fn virsh_at(uri: &str, args: &[&str]) -> String {
+    let o = output_within(
+        Command::new("virsh").arg("-c").arg(uri).args(args),
+        TOOL_LIMIT,
+    );
+    assert!(
+        o.status.success(),
+        "virsh -c {uri} {}: {}\n{}",
+        args.join(" "),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -209,15 +273,31 @@ pub fn exists(p: &Path) -> bool {
     p.exists()
 }
 
-/// A host test that cannot make its assertion on this machine: says `skipped: TEST: REASON` on
-/// stderr and appends that line to the file named by `VMBENCH_SKIP_LOG`, so scripts/test counts
-/// the test as skipped although libtest counts its early return as passed.
-/// Call it as `return common::skip("...")`.
+/// The test file's stem (`faults` for tests/faults.rs): the binary's name without cargo's hash.
+pub fn test_binary() -> String {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let stem = exe.file_stem().unwrap_or_default().to_string_lossy();
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+        _ => stem.into_owned(),
+    }
+}
+
+/// A host test that cannot make its assertion on this machine: says `skipped: FILE::TEST: REASON`
+/// on stderr and appends that line to the file named by `VMBENCH_SKIP_LOG`, so scripts/test
+/// counts the test as skipped although the runner counts its early return as passed (and, under
+/// `CI=true`, fails the run unless .ci/expected-skips lists `FILE::TEST`). One process per test
+/// (nextest) appends one line each: the file is opened in append mode.
+/// Call it as `return common::skip("...")`, or as `common::skip("...")` for a part of a test.
 pub fn skip(reason: &str) {
     use std::io::Write;
     let current = std::thread::current();
-    let test = current.name().unwrap_or("unknown test");
-    let line = format!("skipped: {test}: {reason}");
+    // nextest names the test in its environment; libtest names the thread after it.
+    let test = std::env::var("NEXTEST_TEST_NAME")
+        .ok()
+        .or_else(|| current.name().map(str::to_owned))
+        .unwrap_or_else(|| "unknown test".into());
+    let line = format!("skipped: {}::{test}: {reason}", test_binary());
     eprintln!("{line}");
     if let Some(log) = std::env::var_os("VMBENCH_SKIP_LOG") {
         let mut f = std::fs::OpenOptions::new()
@@ -227,4 +307,30 @@ pub fn skip(reason: &str) {
             .unwrap_or_else(|e| panic!("VMBENCH_SKIP_LOG {log:?}: {e}"));
         writeln!(f, "{line}").unwrap();
     }
+}
+
+/// A run in the background, waited on by its progress lines.
+pub mod running;
+
+/// A modification time no write can give a file today (2001-09-09 01:46:40.123456789 UTC).
+fn untouched_mtime() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::new(1_000_000_000, 123_456_789)
+}
+
+/// Stamps `path` with [`untouched_mtime`] before an operation that must not rewrite it; check
+/// with [`is_untouched`] after. Exact to the nanosecond and far in the past, so a rewrite shows
+/// even within the same second or clock tick (no sleep needed).
+pub fn stamp_untouched(path: &Path) {
+    std::fs::File::open(path)
+        .and_then(|f| f.set_modified(untouched_mtime()))
+        .unwrap_or_else(|e| panic!("stamping {}: {e}", path.display()));
+}
+
+/// Whether `path` still carries the stamp of [`stamp_untouched`] (a rewrite, or a new file in
+/// its place, has another mtime).
+pub fn is_untouched(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        == untouched_mtime()
 }

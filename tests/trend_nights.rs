@@ -1,0 +1,139 @@
+//! Issue 24's "a month, real and short": the README's history-gate recipe on real guests. Five
+//! short nights of one local raw cell, then nights with the disk capped at half its measured
+//! IOPS (`--iops-limit`): `vmbench trend --gate` exits 1 on the first capped night or the next,
+//! and the trend names the first capped night as the change point's start, with the cap as what
+//! changed in the system under test. Sized for CI: 4 s jobs, one repeat per night.
+mod common;
+use common::*;
+use std::process::{Command, Output};
+use std::time::Instant;
+
+const BASE_NIGHTS: usize = 5;
+/// Capped nights at most: the gate must have failed by the second.
+const CAPPED_NIGHTS: usize = 2;
+
+/// One night: the README's matrix line at CI sizes, `extra` appended; returns its run id.
+fn night(s: &Scratch, extra: &[&str]) -> String {
+    let before = s.run_ids();
+    let mut args = vec![
+        "--hypervisor",
+        "qemu",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--repeat",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    let out = s.matrix(&args);
+    assert_eq!(out.status.code(), Some(0), "matrix {args:?}");
+    let id = s
+        .run_ids()
+        .into_iter()
+        .find(|r| !before.contains(r))
+        .expect("a new run");
+    let rec: vmbench::results::RunRecord = serde_json::from_str(
+        &std::fs::read_to_string(s.runs().join(&id).join("run.json")).unwrap(),
+    )
+    .unwrap();
+    rec.cells.iter().for_each(assert_real_randrw);
+    id
+}
+
+/// The README's gate line: `vmbench trend --gate --format html -o FILE --json FILE`.
+fn gate(s: &Scratch, tag: &str) -> (Option<i32>, serde_json::Value, String) {
+    let html = s.dir.path().join(format!("trend-{tag}.html"));
+    let json = s.dir.path().join(format!("trend-{tag}.json"));
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .args(["trend", "--gate", "--format", "html", "-o"])
+        .arg(&html)
+        .arg("--json")
+        .arg(&json)
+        .arg("--db")
+        .arg(s.db())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let out = show(out);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let page = std::fs::read_to_string(&html).unwrap();
+    (out.status.code(), v, page)
+}
+
+fn mean_iops(s: &Scratch, run: &str) -> f64 {
+    let rec: vmbench::results::RunRecord = serde_json::from_str(
+        &std::fs::read_to_string(s.runs().join(run).join("run.json")).unwrap(),
+    )
+    .unwrap();
+    let c = &rec.cells[0];
+    num(c, "read_iops") + num(c, "write_iops")
+}
+
+#[test]
+#[ignore = "host: root libvirtd qemu"]
+fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
+    let t = Instant::now();
+    let s = Scratch::new();
+    let mut base = vec![];
+    for i in 0..BASE_NIGHTS {
+        let id = night(&s, &[]);
+        base.push(mean_iops(&s, &id));
+        let (code, v, _) = gate(&s, &format!("base{i}"));
+        // Never a failure on uncapped nights; exit 3 until there are enough nights.
+        assert!(matches!(code, Some(0) | Some(3)), "night {i}: {v}");
+        if i + 1 < vmbench::trend::MIN_NIGHTS {
+            assert_eq!(code, Some(3), "night {i}: {v}");
+        }
+    }
+    let total: f64 = base.iter().sum::<f64>() / base.len() as f64;
+    let cap = ((total / 2.0).round() as u64).max(1).to_string();
+    eprintln!(
+        "uncapped nights: read+write IOPS {base:.0?}, mean {total:.0}; cap {cap}; {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut failed_on = None;
+    let mut first_capped = None;
+    for i in 0..CAPPED_NIGHTS {
+        let id = night(&s, &["--iops-limit", &cap]);
+        first_capped.get_or_insert(id.clone());
+        let (code, v, page) = gate(&s, &format!("capped{i}"));
+        eprintln!(
+            "capped night {i} ({id}): gate exit {code:?}, {:.0} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert!(matches!(code, Some(0) | Some(1) | Some(3)), "{v}");
+        if code == Some(1) {
+            failed_on = Some((i, v, page));
+            break;
+        }
+    }
+    let first_capped = first_capped.unwrap();
+    let (i, v, page) = failed_on.expect("the gate never failed on the capped nights");
+    eprintln!("gate failed on capped night {i}");
+    let regs = v["gate"]["regressions"].as_array().unwrap();
+    let keys: Vec<&str> = regs.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert!(
+        keys.contains(&"read_iops") || keys.contains(&"write_iops"),
+        "{keys:?}"
+    );
+    for r in regs {
+        let c = &r["change"];
+        assert_eq!(c["run_id"], first_capped.as_str(), "{r}");
+        assert!(c["change_pct"].as_f64().unwrap() < -25.0, "{r}");
+        let sut = c["sut_changes"].as_array().unwrap();
+        assert!(
+            sut.iter().any(|x| x["what"] == "disk cap"
+                && x["before"] == "(none)"
+                && x["after"] == format!("iops={cap}")),
+            "{r}"
+        );
+    }
+    assert!(
+        page.contains(&first_capped) && page.contains("class='cp'"),
+        "html"
+    );
+    eprintln!("total {:.0} s", t.elapsed().as_secs_f64());
+    s.assert_no_leftovers();
+}
