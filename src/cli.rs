@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// vmbench: benchmark storage as a virtual machine sees it.
 #[derive(Debug, Parser)]
-#[command(name = "vmbench", version, about, long_about = None, args_override_self = true)]
+#[command(name = "vmbench", version = crate::VERSION, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -170,6 +170,9 @@ pub struct MatrixArgs {
     /// No per-second fio logs (no time series in reports, no within-run stability figure).
     #[arg(long)]
     pub no_time_series: bool,
+    /// The closing table shows every metric, not only the headline rows.
+    #[arg(long)]
+    pub all_metrics: bool,
     /// The guest does not stream fio's status line (no live IOPS on the progress line).
     #[arg(long)]
     pub no_live_status: bool,
@@ -372,6 +375,9 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
+    /// The text table's fio rows: the write-ups' headline figures, or every metric.
+    #[arg(long, value_enum, default_value = "headline")]
+    pub metrics: crate::report::MetricSet,
     /// Show the write-up's published table beside the run's and check its conclusions
     /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition).
     #[arg(long, value_name = "NAME")]

@@ -6,6 +6,10 @@
 //! (`guest`, `workload`), host-side figures are taken over the same window (`metrics`), and the
 //! record is stored (`results`), reported (`report`) and compared (`compare`).
 
+/// What `vmbench --version` and every run's provenance say: the package version and the git
+/// commit it was built from (build.rs), e.g. `0.1.0 (git 1998511a41f5)`.
+pub const VERSION: &str = env!("VMBENCH_VERSION");
+
 pub mod cell;
 pub mod cleanup;
 pub mod cli;

@@ -127,6 +127,11 @@ fn db_path(a: &cli::DbArgs) -> PathBuf {
 }
 
 async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
+    let table = if a.all_metrics {
+        report::MetricSet::All
+    } else {
+        report::MetricSet::Headline
+    };
     if let Some(dir) = &a.resume {
         if !dir.join("run.json").is_file() || !dir.join("config.json").is_file() {
             return Err(CliError::Usage(format!(
@@ -191,7 +196,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     let summary = result.map_err(CliError::Other)?;
     // The results are stored by now: a closed stdout or stderr must not turn the exit code
     // into a panic's, so these writes ignore their errors.
-    print_tables(&summary.record);
+    print_tables(&summary.record, table);
     let mut err = std::io::stderr();
     let _ = writeln!(err, "results: {}", summary.dir.display());
     if summary.interrupted {
@@ -264,8 +269,8 @@ fn spawn_signal_handler(cancel: Arc<Cancel>) {
     });
 }
 
-fn print_tables(rec: &RunRecord) {
-    let out = report::text(&rec.cells);
+fn print_tables(rec: &RunRecord, set: report::MetricSet) {
+    let out = report::text(&rec.cells, set);
     if !out.trim().is_empty() {
         let _ = writeln!(std::io::stdout(), "{out}");
     }
@@ -379,7 +384,7 @@ fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
         return Ok(0);
     }
     let text = match a.format {
-        ReportFormat::Text => report::text(&run.cells),
+        ReportFormat::Text => report::text(&run.cells, a.metrics),
         ReportFormat::Markdown => report::markdown(&run.cells),
         ReportFormat::Csv => report::csv(&run.cells),
         ReportFormat::Html => report::html(&run),

@@ -91,10 +91,9 @@ fn act(s: &Scratch, a: Outside, seq: usize, vmbench_pid: u32) {
     if matches!(a, Outside::Nothing) {
         return;
     }
-    // fio is running by now (the ramp is 1 s).
-    std::thread::sleep(Duration::from_secs(2));
     let (_, rec) = s.run_record();
     let dom = format!("vmbench-{}-{seq:03}", rec.run_id);
+    wait_io_moves(&dom);
     match a {
         Outside::Nothing => {}
         Outside::Suspend => {
@@ -127,6 +126,39 @@ fn act(s: &Scratch, a: Outside, seq: usize, vmbench_pid: u32) {
         }
     }
     eprintln!("test: {a:?} on {dom}");
+}
+
+/// The domain's read and write requests, summed over its disks (`virsh domblkstat`: QEMU's
+/// own block-layer counters).
+fn io_requests(dom: &str) -> u64 {
+    let o = output_within(
+        Command::new("virsh").args(["-c", "qemu:///system", "domblkstat", dom]),
+        TOOL_LIMIT,
+    );
+    assert!(o.status.success(), "virsh domblkstat {dom}: {o:?}");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().rev();
+            let (n, key) = (w.next()?, w.next()?);
+            ["rd_req", "wr_req"]
+                .contains(&key)
+                .then(|| n.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// Waits (at most 30 s) until the domain's disks see new requests: fio is running.
+fn wait_io_moves(dom: &str) {
+    let before = io_requests(dom);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while io_requests(dom) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "{dom}: no I/O within 30 s of the measured job"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn sigkill(pid: u32) {

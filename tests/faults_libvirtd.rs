@@ -54,16 +54,39 @@ fn wait_libvirt_up() {
     panic!("libvirtd did not come back");
 }
 
+/// The system libvirtd this test restarts: the pid in its pid file (`libvirtd -d` writes
+/// /run/libvirtd.pid), checked to be a running libvirtd.
+fn system_libvirtd() -> u32 {
+    let text = std::fs::read_to_string("/run/libvirtd.pid").expect("libvirtd's pid file");
+    let pid: u32 = text.trim().parse().expect("a pid in /run/libvirtd.pid");
+    assert!(
+        pids_named("libvirtd").contains(&pid),
+        "/run/libvirtd.pid names {pid}, which is not a running libvirtd"
+    );
+    pid
+}
+
+/// Stops exactly that libvirtd (SIGTERM to its pid, waiting for it to go) and starts the
+/// daemon again the way scripts/setup-host does (`libvirtd -d`).
 fn restart_libvirtd() {
-    let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
+    let pid = system_libvirtd();
+    let r = unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert_eq!(r, 0, "kill -TERM {pid}");
     let end = Instant::now() + Duration::from_secs(20);
-    while !pids_named("libvirtd").is_empty() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
+    while pids_named("libvirtd").contains(&pid) {
+        assert!(
+            Instant::now() < end,
+            "libvirtd {pid} did not exit on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
     assert!(output_within(&mut libvirtd_daemon(), TOOL_LIMIT)
         .status
         .success());
     wait_libvirt_up();
+    let new = system_libvirtd();
+    assert_ne!(new, pid, "a new libvirtd");
+    eprintln!("test: libvirtd {pid} stopped, {new} started");
 }
 
 #[test]

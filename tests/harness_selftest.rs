@@ -74,6 +74,21 @@ fn a_leftover_check_against_a_dead_libvirtd_fails() {
     Scratch::new().assert_no_leftovers_on(DEAD_URI);
 }
 
+#[test]
+fn a_skip_is_logged_with_its_file_and_test_for_scripts_test_to_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("skips");
+    // This process's own log (nextest: one process per test; no other test here skips).
+    std::env::set_var("VMBENCH_SKIP_LOG", &log);
+    skip("nothing to show here");
+    skip("a second part");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "skipped: harness_selftest::a_skip_is_logged_with_its_file_and_test_for_scripts_test_to_count: nothing to show here\n\
+         skipped: harness_selftest::a_skip_is_logged_with_its_file_and_test_for_scripts_test_to_count: a second part\n"
+    );
+}
+
 /// Hangs (a child it waits for without bound) so that scripts/test can show nextest kills it,
 /// and its child, and reports it failed. Writes the child's pid to `$VMBENCH_SELFTEST_PID`.
 #[test]

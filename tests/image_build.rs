@@ -1,6 +1,7 @@
 //! Builds the real guest image (needs root, the Debian mirror and a deb-src entry) and checks
 //! the size budget and that a second `ensure` is a cache hit.
 
+mod common;
 use std::time::{Duration, Instant};
 
 use vmbench::image::{default_cache_dir, ensure, ImageRequest};
@@ -85,12 +86,13 @@ fn modinfo_dependencies_match_depmod() {
         .modules;
     let ours = kernel::collect(&moddir, &wanted, &builtin).unwrap();
     // The real tool on the unpacked tree writes its modules.dep there.
-    let depmod = std::process::Command::new("depmod")
-        .arg("-b")
-        .arg(root.path())
-        .arg(&rel)
-        .output()
-        .unwrap();
+    let depmod = common::output_within(
+        std::process::Command::new("depmod")
+            .arg("-b")
+            .arg(root.path())
+            .arg(&rel),
+        common::TOOL_LIMIT,
+    );
     assert!(depmod.status.success(), "depmod: {depmod:?}");
     let real =
         kernel::parse_modules_dep(&std::fs::read_to_string(moddir.join("modules.dep")).unwrap())

@@ -192,7 +192,7 @@ fn external_iscsi_with_a_chap_file_passes_raw_and_qcow2_and_keeps_the_secret() {
     let exec_log = ExecLog::new(&["qemu-img", "qemu-io"]);
     let mut cmd = s.matrix_cmd(&chap_args(&target.url, &good, "raw,qcow2"));
     cmd.env("PATH", exec_log.path_env());
-    let out = show(cmd.output().unwrap());
+    let out = show(output_within(&mut cmd, MATRIX_LIMIT));
     let polled = recorder.stop();
     assert_eq!(out.status.code(), Some(0), "both cells must pass");
     let calls = exec_log.calls();

@@ -1,10 +1,14 @@
 //! Issue 13 item 1 and issue 15 item 3: the embedded servers run in per-run network namespaces.
 //! A shaped `--link` caps what the guest reads at the link's rate (seen on the host-observed
 //! counters); an unshaped one is faster; two runs at the same time each get their own servers,
-//! and one run's cleanup leaves the other alone. Afterwards no namespace, veth or qdisc remains.
+//! and one run's cleanup leaves the other alone (nor do two runs at once share a run id or a
+//! domain name). Afterwards no namespace, veth or qdisc remains.
 mod common;
+use common::running::{last_phase_is, Running};
 use common::*;
+use nix::sys::signal::Signal;
 use std::process::Command;
+use std::time::Duration;
 use vmbench::results::RunRecord;
 use vmbench::storage::netns;
 
@@ -93,6 +97,19 @@ fn cleanup(runs: &std::path::Path) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The `<name>` of every cell's domain.xml in the run under `s`.
+fn domain_names(s: &Scratch) -> std::collections::BTreeSet<String> {
+    let cells = s.run_record().0.join("cells");
+    std::fs::read_dir(cells)
+        .unwrap()
+        .map(|e| {
+            let xml = std::fs::read_to_string(e.unwrap().path().join("domain.xml")).unwrap();
+            let start = xml.find("<name>").unwrap() + 6;
+            xml[start..start + xml[start..].find('<').unwrap()].to_string()
+        })
+        .collect()
+}
+
 fn record(s: &Scratch) -> RunRecord {
     s.run_record().1
 }
@@ -101,28 +118,42 @@ fn record(s: &Scratch) -> RunRecord {
 #[ignore = "host: root libvirtd qemu ganesha tgtd"]
 fn two_runs_at_once_each_with_own_servers_and_cleanup() {
     let (a, b) = (Scratch::new(), Scratch::new());
-    // B has twice the cells, so it is still running when A ends and A's cleanup runs.
-    let mut run_b = b
-        .matrix_cmd(&["--backend", "nfs,iscsi", "--format", "raw,qcow2"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    // B has twice the cells, so it is still running when A ends.
+    let mut run_b = Running::spawn(
+        b.matrix_cmd(&["--backend", "nfs,iscsi", "--format", "raw,qcow2"])
+            .stdout(std::process::Stdio::null()),
+    );
     let out_a = a.matrix(&["--backend", "nfs,iscsi", "--format", "raw"]);
-    let b_running = matches!(run_b.try_wait(), Ok(None));
+    assert!(
+        run_b.is_running(),
+        "B ended before A: cannot show a live run left alone"
+    );
+    // Both cleanups while B is frozen in a measured phase: its domain and servers are live.
+    run_b.wait_until("B in a measured phase", Duration::from_secs(300), |l| {
+        last_phase_is(l, &["ramp", "run"])
+    });
+    run_b.signal(Signal::SIGSTOP);
     let cleaned_a = cleanup(&a.runs());
     let cleaned_b = cleanup(&b.runs());
-    let out_b = run_b.wait_with_output().unwrap();
-    eprintln!(
-        "--- B stdout\n{}\n--- B stderr\n{}\n--- cleanup A\n{cleaned_a}\n--- cleanup B\n{cleaned_b}",
-        String::from_utf8_lossy(&out_b.stdout),
-        String::from_utf8_lossy(&out_b.stderr)
-    );
+    run_b.signal(Signal::SIGCONT);
+    let (code_b, err_b) = run_b.wait(Duration::from_secs(600));
+    eprintln!("--- cleanup A\n{cleaned_a}\n--- cleanup B\n{cleaned_b}");
     assert_eq!(out_a.status.code(), Some(0), "run A");
-    assert_eq!(out_b.status.code(), Some(0), "run B");
+    // A's cleanup saw only A's finished run; B's left the live run alone.
+    assert!(!cleaned_a.contains("removed"), "{cleaned_a}");
+    assert!(
+        !cleaned_b.contains("removed") && cleaned_b.contains("still running"),
+        "cleanup touched the live run B: {cleaned_b}"
+    );
+    assert_eq!(code_b, Some(0), "run B: {err_b}");
     let (ra, rb) = (record(&a), record(&b));
     assert_eq!(ra.cells.len(), 2);
     assert_eq!(rb.cells.len(), 4);
+    // Two runs at once never share a run id or a domain name.
+    assert_ne!(ra.run_id, rb.run_id);
+    let (na, nb) = (domain_names(&a), domain_names(&b));
+    assert_eq!((na.len(), nb.len()), (2, 4), "{na:?} {nb:?}");
+    assert!(na.is_disjoint(&nb), "shared domain names: {na:?} {nb:?}");
     for c in ra.cells.iter().chain(&rb.cells) {
         assert_real_randrw(c);
     }
@@ -138,15 +169,6 @@ fn two_runs_at_once_each_with_own_servers_and_cleanup() {
         assert!(addr.starts_with("169.254."), "server address {addr}");
         assert!(!sb.iter().any(|(p, _)| p == pid), "shared server pid {pid}");
         assert!(!sb.iter().any(|(_, a)| a == addr), "shared address {addr}");
-    }
-    if b_running {
-        assert!(
-            cleaned_b.contains("nothing to clean up") || cleaned_b.contains("still running"),
-            "cleanup touched the live run B: {cleaned_b}"
-        );
-    } else {
-        // Counted (scripts/test: skipped, and a failure under CI unless expected), not just said.
-        skip("B ended before A's cleanup: isolation of a live run not shown");
     }
     for s in [&a, &b] {
         s.assert_no_leftovers();

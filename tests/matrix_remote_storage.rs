@@ -10,7 +10,7 @@
 
 mod common;
 use common::*;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// The proxy command for h2's URI, in the scratch directory.
@@ -93,11 +93,9 @@ fn a_remote_hosts_cells_get_uploaded_images_and_pool_disks_on_that_host() {
     s.assert_no_leftovers();
 
     // A second run reuses the uploaded files (same content, same size): not written again.
-    let mtimes: Vec<i64> = kept
-        .iter()
-        .map(|p| std::fs::metadata(p).unwrap().mtime())
-        .collect();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    for p in &kept {
+        stamp_untouched(p);
+    }
     let again = Scratch::new();
     let host = proxy(&again);
     let args2 = [
@@ -114,11 +112,9 @@ fn a_remote_hosts_cells_get_uploaded_images_and_pool_disks_on_that_host() {
     ];
     let out = again.matrix(&args2);
     assert_eq!(out.status.code(), Some(0));
-    let after: Vec<i64> = kept
-        .iter()
-        .map(|p| std::fs::metadata(p).unwrap().mtime())
-        .collect();
-    assert_eq!(after, mtimes, "the image was uploaded again");
+    for p in &kept {
+        assert!(is_untouched(p), "{} was uploaded again", p.display());
+    }
     again.assert_no_leftovers();
 }
 
@@ -149,17 +145,25 @@ fn cleanup_after_kill_9_destroys_the_runs_pool_and_its_disk() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Killed once the cell's pool exists (its disk is made right after).
+    // Killed once the cell's pool and its disk volume exist.
     let deadline = Instant::now() + Duration::from_secs(180);
+    let disk_made = |id: &str| {
+        let dir = s.work().join(id).join("local");
+        std::fs::read_dir(dir).is_ok_and(|mut d| d.any(|e| e.is_ok_and(|e| e.path().is_file())))
+    };
     let (run_id, pool) = loop {
         let ids = s.run_ids();
-        if let Some(p) = ids.first().and_then(|id| run_pools(id).pop()) {
-            break (ids[0].clone(), p);
+        if let Some(id) = ids.first().filter(|id| disk_made(id)) {
+            if let Some(p) = run_pools(id).pop() {
+                break (id.clone(), p);
+            }
         }
-        assert!(Instant::now() < deadline, "no pool appeared");
-        std::thread::sleep(Duration::from_millis(50));
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("vmbench ended ({st}) before its disk was made");
+        }
+        assert!(Instant::now() < deadline, "no pool with a disk appeared");
+        std::thread::sleep(Duration::from_millis(20));
     };
-    std::thread::sleep(Duration::from_millis(500));
     child.kill().unwrap();
     child.wait().unwrap();
     let disks: Vec<PathBuf> = files_in(&s.work().join(&run_id).join("local"))

@@ -444,3 +444,109 @@ fn show() {
     println!("{}", report::markdown(&all));
     std::fs::write("/tmp/pr-report.html", report::html(&run_record())).unwrap();
 }
+
+/// A real default matrix (6 cells: local/nfs/iscsi x qcow2/raw), with the latency split each
+/// cell records since it was added (computed by the same function the cell runner calls).
+fn real_default_matrix() -> Vec<CellResult> {
+    let doc: Json = serde_json::from_str(&fixture("export-v1-default-matrix.json")).unwrap();
+    let run: RunRecord = serde_json::from_value(doc["run"].clone()).unwrap();
+    run.cells
+        .into_iter()
+        .map(|mut c| {
+            let split = vmbench::metrics::split::latency_split(&c.metrics);
+            c.metrics.extend(split);
+            c
+        })
+        .collect()
+}
+
+/// Issue 27: the default terminal table is the write-ups' headline rows (IOPS, bandwidth, mean
+/// and p99 latency per direction, one "of which host/backend" row per direction, guest, host
+/// and storage-server cost, outcome), no figure under two names; `MetricSet::All` (`report
+/// --metrics all`, `matrix --all-metrics`) shows every recorded metric.
+#[test]
+fn default_table_has_the_headline_rows_once_and_all_shows_the_rest() {
+    let cells = real_default_matrix();
+    let headline = report::text(&cells, report::MetricSet::Headline);
+    let all = report::text(&cells, report::MetricSet::All);
+    let labels =
+        |t: &str| -> Vec<String> { cells_of(t)[1..].iter().map(|r| r[0].clone()).collect() };
+    assert_eq!(
+        labels(&headline),
+        [
+            "Read IOPS",
+            "Read Bandwidth",
+            "Read Latency (avg)",
+            "Read Latency (avg): of which host/backend",
+            "Read Latency (p99)",
+            "Write IOPS",
+            "Write Bandwidth",
+            "Write Latency (avg)",
+            "Write Latency (avg): of which host/backend",
+            "Write Latency (p99)",
+            "CPU Usage (usr)",
+            "CPU Usage (sys)",
+            "Host QEMU CPU (total)",
+            "Storage server CPU",
+            "Storage server peak RSS",
+            "Outcome",
+        ],
+        "{headline}"
+    );
+    assert!(headline.contains("report --metrics all"), "{headline}");
+
+    // Every metric a cell recorded is a row of the full table; the headline leaves out exactly
+    // the ones that repeat or derive from its rows, and the guest/virtio half of the split.
+    let all_labels = labels(&all);
+    let recorded: std::collections::BTreeSet<&str> = cells
+        .iter()
+        .flat_map(|c| c.metrics.iter().map(|m| m.label.as_str()))
+        .collect();
+    for label in &recorded {
+        assert!(
+            all_labels.iter().any(|l| l == label),
+            "{label} missing from the full table"
+        );
+    }
+    for dup in [
+        "Host-observed read IOPS",
+        "Host-observed write IOPS",
+        "Host-observed read latency (avg)",
+        "Domain CPU (libvirt)",
+        "Read latency: backend + host (QEMU block layer)",
+        "Read latency: guest + virtio (guest mean - host mean)",
+    ] {
+        assert!(recorded.contains(dup), "{dup} not recorded by the fixture");
+        assert!(
+            !labels(&headline).iter().any(|l| l == dup),
+            "{dup} in the headline table"
+        );
+    }
+    assert!(all_labels.len() > labels(&headline).len() + 10, "{all}");
+
+    // The split row is the host/backend part, the same figure the full table calls
+    // "backend + host"; in no column does a headline figure appear twice.
+    let h = cells_of(&headline);
+    let a = cells_of(&all);
+    let split = row(&h, "Read Latency (avg): of which host/backend");
+    assert_eq!(split, &{
+        let mut r = row(&a, "Read latency: backend + host (QEMU block layer)").clone();
+        r[0] = split[0].clone();
+        r
+    });
+    for col in 1..h[0].len() {
+        // "-" (no storage server on a local disk) is no figure.
+        let figures: Vec<&String> = h[1..h.len() - 1]
+            .iter()
+            .map(|r| &r[col])
+            .filter(|f| f.chars().any(|c| c.is_ascii_digit()))
+            .collect();
+        let unique: std::collections::BTreeSet<&&String> = figures.iter().collect();
+        assert_eq!(
+            unique.len(),
+            figures.len(),
+            "column {}: {figures:?}",
+            h[0][col]
+        );
+    }
+}

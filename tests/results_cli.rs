@@ -135,3 +135,32 @@ fn printing_into_a_closed_pipe_is_not_a_panic() {
         o.status
     );
 }
+
+/// Issue 27: `vmbench --version` names the commit it was built from (provenance stores the same
+/// `vmbench::VERSION`), not `0.1.0 (unknown)`; outside a git tree it says so.
+#[test]
+fn version_names_the_git_commit() {
+    let o = Command::new(env!("CARGO_BIN_EXE_vmbench"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let expected = match (std::env::var("VMBENCH_GIT_REV"), head) {
+        (Ok(rev), _) if !rev.trim().is_empty() => format!("(git {})", rev.trim()),
+        (_, Some(rev)) => format!("(git {rev})"),
+        (_, None) => "(no git commit recorded)".to_string(),
+    };
+    assert_eq!(
+        out.trim(),
+        format!("vmbench {} {expected}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(out.trim(), format!("vmbench {}", vmbench::VERSION));
+}

@@ -161,10 +161,10 @@ fn teardown_after_libvirt_forgot_the_pool_still_removes_the_volume() {
     // What a host reboot does to a transient pool (a libvirtd restart keeps it): gone, files
     // kept.
     let name = d.params["pool"].clone();
-    let out = std::process::Command::new("virsh")
-        .args(["-c", URI, "pool-destroy", &name])
-        .output()
-        .unwrap();
+    let out = common::output_within(
+        std::process::Command::new("virsh").args(["-c", URI, "pool-destroy", &name]),
+        common::TOOL_LIMIT,
+    );
     assert!(out.status.success(), "virsh pool-destroy {name}: {out:?}");
     assert!(
         pools_with(&place.prefix).is_empty(),

@@ -794,11 +794,7 @@ fn provenance(conns: &Conns, image: &ImageInfo, host: &str) -> Provenance {
         qemu,
         libvirt,
         image: image.id.clone(),
-        vmbench: format!(
-            "{} ({})",
-            env!("CARGO_PKG_VERSION"),
-            option_env!("VMBENCH_GIT_REV").unwrap_or("unknown")
-        ),
+        vmbench: crate::VERSION.to_string(),
         ..Provenance::default()
     }
 }

@@ -28,6 +28,61 @@ pub fn is_bonnie(r: &CellResult) -> bool {
     matches!(&r.cell.workload, WorkloadId::Preset(p) if p == "bonnie")
 }
 
+/// Which metrics a fio table shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricSet {
+    /// The write-ups' rows: IOPS, bandwidth, mean and p99 latency per direction with the
+    /// host/backend share of the mean, guest, host and storage-server CPU, server memory. No
+    /// figure twice: the host-observed IOPS and latencies, libvirt's domain CPU and the
+    /// guest/virtio part of the split repeat or derive from these and are left to `All`.
+    #[default]
+    Headline,
+    /// Every metric the cells recorded.
+    All,
+}
+
+/// The headline rows in order: (metric key, row label when it differs from the metric's own).
+const HEADLINE: [(&str, Option<&str>); 15] = [
+    ("read_iops", None),
+    ("read_bw_mib_s", None),
+    ("read_lat_mean_us", None),
+    (
+        "read_lat_backend_host_us",
+        Some("Read Latency (avg): of which host/backend"),
+    ),
+    ("read_lat_p99_us", None),
+    ("write_iops", None),
+    ("write_bw_mib_s", None),
+    ("write_lat_mean_us", None),
+    (
+        "write_lat_backend_host_us",
+        Some("Write Latency (avg): of which host/backend"),
+    ),
+    ("write_lat_p99_us", None),
+    ("guest_usr_cpu_pct", None),
+    ("guest_sys_cpu_pct", None),
+    ("host_qemu_cpu_pct", None),
+    ("storage_server_cpu_pct", None),
+    ("storage_server_peak_rss_mib", None),
+];
+
+/// The metrics of `set`, in its order, with their row labels.
+fn select(infos: Vec<summary::MetricInfo>, set: MetricSet) -> Vec<summary::MetricInfo> {
+    match set {
+        MetricSet::All => infos,
+        MetricSet::Headline => HEADLINE
+            .iter()
+            .filter_map(|(key, label)| {
+                let mut info = infos.iter().find(|i| i.key == *key)?.clone();
+                if let Some(l) = label {
+                    info.label = (*l).to_string();
+                }
+                Some(info)
+            })
+            .collect(),
+    }
+}
+
 /// Output flavour of a table.
 #[derive(Clone, Copy, PartialEq)]
 enum Flavour {
@@ -77,7 +132,10 @@ fn footnotes(groups: &[CellGroup<'_>], any_mixed: bool) -> String {
 }
 
 /// The fio table rows (header first), and whether a mixed-too-fast marker was used.
-fn fio_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
+fn fio_rows(
+    results: &[CellResult],
+    set: MetricSet,
+) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
     let groups: Vec<CellGroup<'_>> = group_by_cell(results)
         .into_iter()
         .filter(|g| !is_bonnie(g.repeats[0]))
@@ -85,7 +143,7 @@ fn fio_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'
     if groups.is_empty() {
         return None;
     }
-    let infos = metric_infos(groups.iter().flat_map(|g| g.passed()));
+    let infos = select(metric_infos(groups.iter().flat_map(|g| g.passed())), set);
     let mut rows = vec![std::iter::once("Metric".to_string())
         .chain(column_titles(&groups))
         .collect::<Vec<_>>()];
@@ -110,16 +168,28 @@ fn fio_rows(results: &[CellResult]) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'
     Some((rows, groups, mixed))
 }
 
-/// The fio seed's table: metrics as rows, one column per cell, units on every figure, and a
-/// final "Outcome" row. Empty when there are no fio cells.
+/// The fio seed's table: the headline metrics as rows, one column per cell, units on every
+/// figure, and a final "Outcome" row. Empty when there are no fio cells.
 pub fn fio_table(results: &[CellResult]) -> String {
-    fio_in(results, Flavour::Text)
+    fio_in(results, Flavour::Text, MetricSet::Headline)
 }
 
-fn fio_in(results: &[CellResult], flavour: Flavour) -> String {
-    match fio_rows(results) {
+/// [`fio_table`] with every metric the cells recorded.
+pub fn fio_table_all(results: &[CellResult]) -> String {
+    fio_in(results, Flavour::Text, MetricSet::All)
+}
+
+fn fio_in(results: &[CellResult], flavour: Flavour, set: MetricSet) -> String {
+    match fio_rows(results, set) {
         Some((rows, groups, mixed)) => {
-            format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
+            let mut notes = footnotes(&groups, mixed);
+            if set == MetricSet::Headline {
+                notes.push_str(
+                    "Headline rows; `--all-metrics` (matrix) or `report --metrics all` shows \
+                     every metric.\n",
+                );
+            }
+            format!("{}\n\n{}", render(rows, flavour), notes)
         }
         None => String::new(),
     }
@@ -268,7 +338,7 @@ fn bonnie_in(results: &[CellResult], flavour: Flavour) -> String {
 /// Both tables as a markdown document.
 pub fn markdown(results: &[CellResult]) -> String {
     let mut out = String::new();
-    let fio = fio_in(results, Flavour::Markdown);
+    let fio = fio_in(results, Flavour::Markdown, MetricSet::All);
     if !fio.is_empty() {
         out.push_str("## fio\n\n");
         out.push_str(&fio);
@@ -364,12 +434,13 @@ fn push_csv_row(out: &mut String, fields: &[String]) {
 
 /// The terminal report of a run: the fio table (metrics as rows, cells as columns) for fio cells,
 /// and bonnie++'s tables (one row per cell) for bonnie++ cells, each only when such cells exist.
-pub fn text(results: &[CellResult]) -> String {
+/// `set` chooses the fio table's rows.
+pub fn text(results: &[CellResult], set: MetricSet) -> String {
     let (bonnie, fio): (Vec<CellResult>, Vec<CellResult>) =
         results.iter().cloned().partition(is_bonnie);
     let mut parts = Vec::new();
     if !fio.is_empty() {
-        parts.push(fio_table(&fio));
+        parts.push(fio_in(&fio, Flavour::Text, set));
     }
     if !bonnie.is_empty() {
         parts.push(bonnie_table(&bonnie));
