@@ -24,8 +24,8 @@ pub const TOOL_LIMIT: Duration = Duration::from_secs(120);
 pub const URI: &str = "qemu:///system";
 
 /// A scratch area for one test: runs dir, work dir and database, all removed at the end.
-/// Under `$VMBENCH_TEST_SCRATCH` when set (scripts/test: so it can clean up after a test that
-/// was killed), else /var/tmp. Dropped during a panic, it first runs `vmbench cleanup` on its
+/// Its path is appended to `$VMBENCH_TEST_SCRATCH_LIST` when set (scripts/test: so it can clean
+/// up after a test that was killed). Dropped during a panic, it first runs `vmbench cleanup` on its
 /// runs, so a failed test leaves nothing for the next one.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -58,11 +58,21 @@ impl Scratch {
     pub fn new() -> Scratch {
         use std::os::unix::fs::PermissionsExt;
         // /var/tmp: on disk (cache=none needs O_DIRECT, which tmpfs lacks).
-        let base = std::env::var_os("VMBENCH_TEST_SCRATCH").unwrap_or_else(|| "/var/tmp".into());
+        // Directly in /var/tmp, never deeper: a run's socket paths (virtiofsd's) are close to
+        // the 108-byte limit of a unix socket address already.
         let dir = tempfile::Builder::new()
             .prefix("vmbench-test-")
-            .tempdir_in(base)
+            .tempdir_in("/var/tmp")
             .unwrap();
+        if let Some(list) = std::env::var_os("VMBENCH_TEST_SCRATCH_LIST") {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&list)
+                .unwrap_or_else(|e| panic!("VMBENCH_TEST_SCRATCH_LIST {list:?}: {e}"));
+            writeln!(f, "{}", dir.path().display()).unwrap();
+        }
         // QEMU runs as libvirt-qemu and must traverse to the disk images.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         Scratch { dir }
