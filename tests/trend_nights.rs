@@ -72,7 +72,7 @@ fn mean_iops(s: &Scratch, run: &str) -> f64 {
 }
 
 #[test]
-#[ignore = "host: root libvirtd qemu"]
+#[ignore = "fails on this host: with one repeat per night the gate needs more capped nights (issue 24 item 4, open); run by hand"]
 fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
     let t = Instant::now();
     let s = Scratch::new();
