@@ -42,7 +42,9 @@ pub enum Command {
     /// decide tonight by them (exit 0 no new regression, 1 regression or broken cell, 3 not
     /// enough nights yet, 2 bad input).
     Trend(TrendArgs),
-    /// Rank the measured cells of a run by an objective.
+    /// Rank the measured cells of a run, with 95% intervals over the repeats (exit 0 ranked;
+    /// 3 cannot rank: fewer than 3 passed repeats per cell, or nothing measured to rank on;
+    /// 2 bad input).
     Recommend(RecommendArgs),
     /// Export a run as JSON (to move results between hosts) or OpenMetrics (for dashboards).
     Export(ExportArgs),
@@ -488,9 +490,19 @@ pub struct RecommendArgs {
     /// Only cells of this workload.
     #[arg(long)]
     pub workload: Option<String>,
-    /// Objectives with weights: iops, p99, host-cpu, memory, e.g. `iops=2,p99=1`.
-    #[arg(long, default_value = "iops=1")]
-    pub objective: String,
+    /// Objectives with weights, e.g. `iops=2,p99=1`: iops, bandwidth, p99, host-cpu, memory,
+    /// provision, boot, bytes, boot-storm. Replaces the weights of --for. [default: iops=1]
+    #[arg(long)]
+    pub objective: Option<String>,
+    /// A named question that picks the workload and the weights: database (pg-randrw;
+    /// iops=2,p99=2,host-cpu=1), streaming (seq-read-1m; bandwidth=3,host-cpu=1,p99=1),
+    /// boot-storm (boot-storm=3,provision=2,bytes=1,boot=1). Objectives a run has no figure for
+    /// are said "not measured in this run" and left out.
+    #[arg(long = "for", value_name = "PROFILE")]
+    pub profile: Option<String>,
+    /// Also write the recommendation (or why there is none) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,

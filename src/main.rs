@@ -536,20 +536,42 @@ fn cmd_trend(a: &cli::TrendArgs) -> Result<i32, CliError> {
 }
 
 fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {
+    use compare::recommend::{self, Ask};
+    let ask = Ask::parse(
+        a.workload.as_deref(),
+        a.objective.as_deref(),
+        a.profile.as_deref(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))?;
     let run = load_run(&a.run, &a.db)?;
-    let weights: compare::recommend::Weights = a
-        .objective
-        .parse()
-        .map_err(|e: compare::recommend::RecommendError| CliError::Usage(e.to_string()))?;
-    let ranked = compare::recommend::recommend(&run, a.workload.as_deref(), &weights)
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    for r in ranked {
-        println!(
-            "{}. {:<40} score {:.2}  {}",
-            r.rank, r.label, r.score, r.reason
-        );
+    match recommend::recommend(&run, &ask) {
+        Ok(r) => {
+            if let Some(p) = &a.json {
+                write_out(&Some(p.clone()), &json_text(&r)?)?;
+            }
+            print!("{}", recommend::render_text(&r));
+            Ok(0)
+        }
+        Err(e) if e.exit_code() == recommend::EXIT_NOT_ENOUGH_DATA => {
+            if let Some(p) = &a.json {
+                let doc = serde_json::json!({
+                    "run_id": run.run_id,
+                    "ranked": false,
+                    "reason": e.to_string(),
+                });
+                write_out(&Some(p.clone()), &json_text(&doc)?)?;
+            }
+            eprintln!("vmbench: {e}");
+            Ok(recommend::EXIT_NOT_ENOUGH_DATA)
+        }
+        Err(e) => Err(CliError::Usage(e.to_string())),
     }
-    Ok(0)
+}
+
+fn json_text<T: serde::Serialize>(v: &T) -> Result<String, CliError> {
+    serde_json::to_string_pretty(v)
+        .map(|s| s + "\n")
+        .map_err(|e| CliError::Other(e.into()))
 }
 
 fn cmd_export(a: &cli::ExportArgs) -> Result<i32, CliError> {

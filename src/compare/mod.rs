@@ -12,12 +12,14 @@
 //! `provenance.rs` splits what measured (the instrument: a change makes rows not comparable)
 //! from what is judged (the system under test: a change is reported first, and compared);
 //! `broken.rs` finds cells that passed in the baseline and broke in the candidate; `junit.rs`
-//! writes the verdicts as JUnit XML for CI; `recommend.rs` ranks the cells of one run.
+//! writes the verdicts as JUnit XML for CI; `recommend.rs` ranks the cells of one run with
+//! confidence intervals, on the objectives and profiles of `objective.rs`.
 
 #![warn(missing_docs)]
 
 pub mod broken;
 mod junit;
+pub mod objective;
 pub mod provenance;
 pub mod recommend;
 pub mod stats;
@@ -267,6 +269,24 @@ pub enum Method {
     None,
 }
 
+impl Method {
+    /// A change on the test's scale as a percentage of the baseline.
+    pub(crate) fn to_pct(self, d: f64) -> f64 {
+        match self {
+            Method::WelchLog => (d.exp() - 1.0) * 100.0,
+            _ => d * 100.0,
+        }
+    }
+
+    /// A percentage of the baseline on the test's scale.
+    pub(crate) fn from_pct(self, pct: f64) -> f64 {
+        match self {
+            Method::WelchLog => (1.0 + pct / 100.0).ln(),
+            _ => pct / 100.0,
+        }
+    }
+}
+
 impl fmt::Display for Method {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -295,16 +315,16 @@ pub struct SideStats {
 /// The spread a row's test saw, on the scale it tested: what "repeats needed" and the smallest
 /// visible change are computed from.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Spread {
+pub(crate) struct Spread {
     /// Sample variances of each side (of ln values for welch-log, else relative to the
     /// baseline mean, so both scales are "fractions of the baseline").
-    var_b: f64,
-    var_c: f64,
+    pub(crate) var_b: f64,
+    pub(crate) var_c: f64,
     /// The test's estimate of the change on that scale.
-    diff: f64,
+    pub(crate) diff: f64,
     /// The test's standard error and Welch df at the row's own n.
-    se: f64,
-    df: f64,
+    pub(crate) se: f64,
+    pub(crate) df: f64,
 }
 
 /// The verdict on one metric of one cell.
@@ -674,7 +694,7 @@ fn decide(r: &MetricComparison, p_adjusted: f64, alpha: f64) -> Verdict {
 }
 
 /// Welch-Satterthwaite degrees of freedom of two sides of `n` values with these variances.
-fn welch_df(var_b: f64, var_c: f64, n: usize) -> f64 {
+pub(crate) fn welch_df(var_b: f64, var_c: f64, n: usize) -> f64 {
     let (vb, vc) = (var_b / n as f64, var_c / n as f64);
     let nm1 = (n - 1) as f64;
     let denom = vb * vb / nm1 + vc * vc / nm1;
@@ -724,6 +744,48 @@ impl Spread {
     fn half_width_observed(&self, level: f64) -> f64 {
         stats::student_t_quantile(1.0 - level / 2.0, self.df) * self.se
     }
+
+    /// The smallest true change (on the test's scale) that a two-sided test at `alpha` finds
+    /// with probability `power`, at the row's own n and Welch df: (t(1 - alpha/2) + t(power)) x se.
+    pub(crate) fn detectable(&self, alpha: f64, power: f64) -> f64 {
+        detectable_at(self.se, self.df, alpha, power)
+    }
+
+    /// The fewest repeats per side, from `from` up to `max`, at which a change of `effect` (on
+    /// the test's scale) is detectable at this spread; `None` when even `max` is not enough.
+    pub(crate) fn repeats_to_detect(
+        &self,
+        effect: f64,
+        (alpha, power): (f64, f64),
+        from: usize,
+        max: usize,
+    ) -> Option<usize> {
+        let enough = |n: usize| {
+            let se = ((self.var_b + self.var_c) / n as f64).sqrt();
+            detectable_at(se, welch_df(self.var_b, self.var_c, n), alpha, power) <= effect
+        };
+        let (mut lo, mut hi) = (from.max(MIN_REPEATS), max);
+        if lo > hi || !enough(hi) {
+            return None;
+        }
+        // The detectable change shrinks as n grows: bisect for the first n that is enough.
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if enough(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Some(lo)
+    }
+}
+
+fn detectable_at(se: f64, df: f64, alpha: f64, power: f64) -> f64 {
+    if se == 0.0 {
+        return 0.0;
+    }
+    (stats::student_t_quantile(1.0 - alpha / 2.0, df) + stats::student_t_quantile(power, df)) * se
 }
 
 /// The smallest drop every verdict row could have seen: the largest row value.
@@ -880,18 +942,18 @@ impl Values {
     }
 }
 
-/// The result of a row's test.
-struct Tested {
-    method: Method,
-    welch: Option<stats::Welch>,
+/// The result of a row's test (also `recommend`'s test of two cells).
+pub(crate) struct Tested {
+    pub(crate) method: Method,
+    pub(crate) welch: Option<stats::Welch>,
     /// 95 % CI of the change, in percent.
-    ci: Option<(f64, f64)>,
-    spread: Option<Spread>,
+    pub(crate) ci: Option<(f64, f64)>,
+    pub(crate) spread: Option<Spread>,
 }
 
 /// The row's test: Welch on ln(value) when every value is positive, else on the values (scaled
 /// by the baseline mean, so the spread is in fractions of the baseline either way).
-fn test_values(b: &[f64], c: &[f64]) -> Tested {
+pub(crate) fn test_values(b: &[f64], c: &[f64]) -> Tested {
     let positive = b.iter().chain(c).all(|x| *x > 0.0);
     let mb = stats::mean(b).unwrap_or(f64::NAN).abs();
     let (method, scale): (Method, fn(f64, f64) -> f64) = if positive {
@@ -899,10 +961,7 @@ fn test_values(b: &[f64], c: &[f64]) -> Tested {
     } else {
         (Method::WelchRaw, |x, mb| x / mb)
     };
-    let to_pct = |d: f64| match method {
-        Method::WelchLog => (d.exp() - 1.0) * 100.0,
-        _ => d * 100.0,
-    };
+    let to_pct = |d: f64| method.to_pct(d);
     let lb: Vec<f64> = b.iter().map(|x| scale(*x, mb)).collect();
     let lc: Vec<f64> = c.iter().map(|x| scale(*x, mb)).collect();
     let welch = stats::welch(&lb, &lc);

@@ -1,155 +1,49 @@
-//! `vmbench recommend`: ranks the passed cells of one run (one workload) by a weighted sum of
-//! objectives, each normalised across the cells so the best cell scores 1 on it, and says why in
-//! numbers. Backends without a storage server (local, block, lvm) use 0 MiB of storage-stack
-//! memory and 0 % storage-server CPU: real figures, the best ones, not missing ones. bonnie++
-//! cells are ranked on bonnie++'s figures (seeks/s, block and seek latency). Scores within
-//! [`TIE_PCT`] of each other are a tie, said as such.
+//! `vmbench recommend`: ranks the passed cells of one run (one workload) with the confidence the
+//! repeats allow. A cell needs [`MIN_REPEATS`] passed repeats to be ranked: below that there is
+//! no spread to judge a difference by, and a run where no two cells have them is refused
+//! ([`RecommendError::NotEnoughRepeats`], exit [`EXIT_NOT_ENOUGH_DATA`]).
+//!
+//! The answer comes in three parts. First the non-dominated set: the cells that no other cell
+//! matches or beats on every chosen objective (by means). Then the weighted score (each
+//! objective normalised so the best cell scores 1 on it), and, between each pair of neighbours in
+//! that order, each objective's difference with its 95% interval over the repeats (Welch's t on
+//! ln of one value per repeat, the test `compare` uses) or, when the interval holds 0, "not
+//! separable" with the smallest difference the run could have seen (alpha 0.05, power 0.8) and
+//! the repeats that would see 5%. Neighbours that no weighted objective separates share a rank.
+//! Backends without a storage server (local, block, lvm) use 0 MiB of storage-stack memory and
+//! 0 % storage-server CPU: real figures, the best ones, not missing ones. bonnie++ cells are
+//! ranked on bonnie++'s figures (seeks/s, block and seek latency).
 
-use super::table::fmt_num;
+pub use super::objective::{CellKind, Objective, Profile, PROFILES};
+use super::{test_values, Method, Spread};
 use crate::cell::Backend;
 use crate::results::{CellResult, Outcome, RunRecord};
+use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 
-/// What a user can optimise for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Objective {
-    /// Total IOPS (read + write), higher is better.
-    Iops,
-    /// Worst of read and write p99 completion latency, lower is better.
-    P99Latency,
-    /// Host CPU of QEMU plus the storage server per 1,000 I/Os, lower is better.
-    HostCpu,
-    /// Peak memory of the storage server stack (ganesha, tgtd), lower is better.
-    StorageMemory,
-}
+/// The fewest passed repeats a cell needs to be ranked: two give a spread with one degree of
+/// freedom, whose 95% interval is 12.7 standard errors wide either side; three is the least
+/// that says anything.
+pub const MIN_REPEATS: usize = 3;
 
-impl Objective {
-    /// Every objective, in display order.
-    pub const ALL: [Objective; 4] = [
-        Objective::Iops,
-        Objective::P99Latency,
-        Objective::HostCpu,
-        Objective::StorageMemory,
-    ];
+/// Exit code when nothing could be ranked for want of data (as `compare`'s "not proven").
+pub const EXIT_NOT_ENOUGH_DATA: i32 = 3;
 
-    /// The CLI spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Objective::Iops => "iops",
-            Objective::P99Latency => "p99",
-            Objective::HostCpu => "host-cpu",
-            Objective::StorageMemory => "memory",
-        }
-    }
+/// The level of every interval.
+pub const LEVEL: f64 = 0.95;
+/// The power at which the smallest visible difference is stated.
+pub const POWER: f64 = 0.8;
+/// The difference whose repeats needed are stated, in percent.
+pub const TARGET_PCT: f64 = 5.0;
+/// The most repeats per cell a "repeats needed" estimate names before saying "more than".
+pub const MAX_REPEATS_NAMED: usize = 1000;
 
-    /// The metric keys the objective is computed from (fio cells).
-    pub fn keys(self) -> &'static [&'static str] {
-        match self {
-            Objective::Iops => &["read_iops", "write_iops"],
-            Objective::P99Latency => &["read_lat_p99_us", "write_lat_p99_us"],
-            Objective::HostCpu => &[
-                "host_qemu_cpu_pct",
-                "storage_server_cpu_pct",
-                "read_iops",
-                "write_iops",
-            ],
-            Objective::StorageMemory => &["storage_server_peak_rss_mib"],
-        }
-    }
-
-    /// The metric keys the objective is computed from in bonnie++ cells.
-    pub fn bonnie_keys(self) -> &'static [&'static str] {
-        match self {
-            Objective::Iops => &["random_seeks_ps"],
-            Objective::P99Latency => &[
-                "lat_seq_out_block_us",
-                "lat_seq_in_block_us",
-                "lat_random_seeks_us",
-            ],
-            // CPU per I/O needs an I/O count; bonnie++ reports none for its whole run.
-            Objective::HostCpu => &["host_qemu_cpu_pct", "storage_server_cpu_pct", "(I/O count)"],
-            Objective::StorageMemory => &["storage_server_peak_rss_mib"],
-        }
-    }
-
-    fn higher_is_better(self) -> bool {
-        self == Objective::Iops
-    }
-
-    /// The objective's value for one cell (averaged metrics), if its metrics are there.
-    fn value(self, c: &Candidate) -> Option<f64> {
-        let m = &c.metrics;
-        let get = |k: &str| m.get(k).copied();
-        let keys = if c.bonnie {
-            self.bonnie_keys()
-        } else {
-            self.keys()
-        };
-        let present = keys.iter().filter_map(|k| get(k));
-        // A backend without a storage server has none of its cost: 0, the best figure.
-        let server = |k: &str| get(k).or(c.serverless.then_some(0.0));
-        match self {
-            Objective::Iops => present.reduce(|a, b| a + b),
-            Objective::P99Latency => present.reduce(f64::max),
-            Objective::HostCpu if c.bonnie => None,
-            Objective::HostCpu => {
-                let cpu = get("host_qemu_cpu_pct")? + server("storage_server_cpu_pct")?;
-                let iops = get("read_iops").unwrap_or(0.0) + get("write_iops").unwrap_or(0.0);
-                // % of a core over a second = core-ms per second x 10; per 1,000 I/Os.
-                (iops > 0.0).then(|| cpu * 10.0 / iops * 1000.0)
-            }
-            Objective::StorageMemory => server("storage_server_peak_rss_mib"),
-        }
-    }
-
-    /// How a value reads, e.g. "7,757 IOPS", "p99 14 ms", "232 core-ms per 1k I/Os".
-    fn show(self, v: f64, bonnie: bool) -> String {
-        match self {
-            Objective::Iops if bonnie => format!("{} seeks/s", fmt_num(v)),
-            Objective::Iops => format!("{} IOPS", fmt_num(v)),
-            Objective::P99Latency if bonnie && v >= 1000.0 => {
-                format!("max latency {:.1} ms", v / 1000.0)
-            }
-            Objective::P99Latency if bonnie => format!("max latency {} µs", fmt_num(v)),
-            Objective::P99Latency if v >= 10_000.0 => format!("p99 {:.0} ms", v / 1000.0),
-            Objective::P99Latency if v >= 1000.0 => format!("p99 {:.1} ms", v / 1000.0),
-            Objective::P99Latency => format!("p99 {} µs", fmt_num(v)),
-            Objective::HostCpu => format!("{} core-ms host CPU per 1k I/Os", fmt_num(v)),
-            Objective::StorageMemory => format!("{v:.0} MiB storage memory"),
-        }
-    }
-
-    /// The noun, e.g. "IOPS", "p99", "host CPU".
-    fn noun(self) -> &'static str {
-        match self {
-            Objective::Iops => "IOPS",
-            Objective::P99Latency => "p99",
-            Objective::HostCpu => "host CPU",
-            Objective::StorageMemory => "storage memory",
-        }
-    }
-}
-
-impl fmt::Display for Objective {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Objective {
-    type Err = RecommendError;
-    fn from_str(s: &str) -> Result<Self, RecommendError> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "iops" => Ok(Objective::Iops),
-            "p99" | "p99-latency" | "latency" => Ok(Objective::P99Latency),
-            "host-cpu" | "cpu" => Ok(Objective::HostCpu),
-            "memory" | "storage-memory" | "mem" => Ok(Objective::StorageMemory),
-            other => Err(RecommendError::UnknownObjective(other.to_string())),
-        }
-    }
-}
+/// How the intervals are made, as every output states it.
+pub const METHOD: &str = "95% interval of each difference by Welch's t on ln(value), one value \
+    per repeat (a ratio of geometric means; on the values relative to the cell behind when a \
+    figure is 0), each pair alone, not adjusted for the number of pairs; smallest visible \
+    difference at alpha 0.05 and power 0.8";
 
 /// Weight per objective; objectives not named weigh 0.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,29 +82,70 @@ impl FromStr for Weights {
     }
 }
 
-/// One line of the recommendation.
+impl From<&Profile> for Weights {
+    fn from(p: &Profile) -> Self {
+        Weights(p.weights.iter().copied().collect())
+    }
+}
+
+/// What the user asked: a workload, weights, and whether they came from a profile.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ranked {
-    /// 1 is best.
-    pub rank: usize,
-    /// The cell.
-    pub cell_id: String,
-    /// The cell's short label.
-    pub label: String,
-    /// Weighted score in 0..=1 (1: best on every weighted objective).
-    pub score: f64,
-    /// The rank of the cell this one ties with (scores within [`TIE_PCT`]), if any.
-    pub tied_with: Option<usize>,
-    /// Why, in numbers, one line.
-    pub reason: String,
+pub struct Ask {
+    /// Only cells of this workload.
+    pub workload: Option<String>,
+    /// Objectives and weights.
+    pub weights: Weights,
+    /// The profile the weights (and workload) came from.
+    pub profile: Option<Profile>,
+    /// The weights were named by the user: an objective without figures is an error, not a
+    /// "not measured" note.
+    pub explicit: bool,
+}
+
+impl Ask {
+    /// From the command line: `--workload`, `--objective`, `--for`. The profile's workload and
+    /// weights apply unless `--workload` or `--objective` name others; neither: IOPS alone.
+    pub fn parse(
+        workload: Option<&str>,
+        objective: Option<&str>,
+        profile: Option<&str>,
+    ) -> Result<Ask, RecommendError> {
+        let profile: Option<Profile> = profile.map(str::parse).transpose()?;
+        let weights = match (objective, &profile) {
+            (Some(o), _) => o.parse()?,
+            (None, Some(p)) => p.into(),
+            (None, None) => Weights::default(),
+        };
+        Ok(Ask {
+            workload: workload
+                .map(str::to_string)
+                .or_else(|| profile.and_then(|p| p.workload.map(str::to_string))),
+            weights,
+            profile,
+            explicit: objective.is_some() || profile.is_none(),
+        })
+    }
+
+    /// Weights alone, every one required (the library's plain question).
+    pub fn weights(workload: Option<&str>, weights: &Weights) -> Ask {
+        Ask {
+            workload: workload.map(str::to_string),
+            weights: weights.clone(),
+            profile: None,
+            explicit: true,
+        }
+    }
 }
 
 /// Why no ranking could be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RecommendError {
     /// Not an objective name.
-    #[error("unknown objective '{0}' (valid: iops, p99, host-cpu, memory)")]
+    #[error("unknown objective '{0}' (valid: {valid})", valid = Objective::valid_names())]
     UnknownObjective(String),
+    /// Not a profile name.
+    #[error("unknown profile '{0}' for --for (valid: {valid})", valid = Profile::valid_names())]
+    UnknownProfile(String),
     /// `name=weight` with a weight that is not a non-negative number.
     #[error(
         "bad weight '{0}': expected NAME=WEIGHT with a non-negative number, e.g. iops=2,p99=1"
@@ -240,14 +175,46 @@ pub enum RecommendError {
         /// Workloads with passed cells.
         workloads: Vec<String>,
     },
-    /// A weighted objective's metrics exist in no cell.
-    #[error("objective '{objective}' needs metric {} but no passed cell has it; drop it from the weights", .keys.join(" or "))]
+    /// A weighted objective's figures exist in no cell.
+    #[error(
+        "objective '{objective}' needs {needs} but no passed cell has it; drop it from the weights"
+    )]
     MissingMetric {
         /// The objective.
         objective: Objective,
-        /// The keys looked for.
-        keys: Vec<String>,
+        /// What it is read from.
+        needs: String,
     },
+    /// Fewer than two cells have enough passed repeats to judge a difference.
+    #[error("cannot rank run {run}: a ranking needs at least {MIN_REPEATS} passed repeats per cell \
+             to see the spread a difference must beat, and {}; rerun with --repeat 5 or more \
+             (exit 3: not enough data)", short_cells(.cells))]
+    NotEnoughRepeats {
+        /// The run.
+        run: String,
+        /// Every cell considered, with its passed repeats.
+        cells: Vec<(String, usize)>,
+    },
+    /// A profile's objectives all lack figures in this run.
+    #[error("nothing to rank run {run} on: not measured in this run: {}; (exit 3: not enough data)", .missing.join("; "))]
+    NothingMeasured {
+        /// The run.
+        run: String,
+        /// Each objective and what it needs.
+        missing: Vec<String>,
+    },
+}
+
+impl RecommendError {
+    /// The process exit code: 3 when the data cannot support a ranking, 2 for bad input.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RecommendError::NotEnoughRepeats { .. } | RecommendError::NothingMeasured { .. } => {
+                EXIT_NOT_ENOUGH_DATA
+            }
+            _ => crate::error::EXIT_USAGE,
+        }
+    }
 }
 
 fn workload_note(w: &Option<String>) -> String {
@@ -264,76 +231,346 @@ fn list(v: &[String]) -> String {
     }
 }
 
-/// Scores closer than this, in percent of the higher one, are a tie: the same noise threshold
-/// `compare` uses by default.
-pub const TIE_PCT: f64 = 5.0;
+fn short_cells(cells: &[(String, usize)]) -> String {
+    let short: Vec<String> = cells
+        .iter()
+        .filter(|(_, n)| *n < MIN_REPEATS)
+        .map(|(l, n)| format!("{l} has n = {n}"))
+        .collect();
+    let ok = cells.len() - short.len();
+    format!(
+        "{} ({ok} of {} cells have {MIN_REPEATS} or more)",
+        short.join(", "),
+        cells.len()
+    )
+}
 
-/// One cell's averaged metrics.
+/// An objective and its weight in this ranking.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Weighted {
+    /// The objective.
+    pub objective: Objective,
+    /// Its weight.
+    pub weight: f64,
+    /// Direction.
+    pub higher_is_better: bool,
+}
+
+/// An objective the question asked for that no cell of the run has a figure for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotMeasured {
+    /// The objective.
+    pub objective: Objective,
+    /// What it is read from.
+    pub needs: String,
+}
+
+/// One objective's figure of one cell over its repeats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figure {
+    /// The objective.
+    pub objective: Objective,
+    /// Mean over the repeats with the figure.
+    pub mean: f64,
+    /// Sample standard deviation over them.
+    pub stddev: Option<f64>,
+    /// Repeats with the figure.
+    pub n: usize,
+    /// The mean as it reads, with its unit.
+    pub shown: String,
+}
+
+/// A cell of the ranking with its figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellFigures {
+    /// The cell.
+    pub cell_id: String,
+    /// Its short label.
+    pub label: String,
+    /// Passed repeats.
+    pub n: usize,
+    /// One per objective the ranking weighs.
+    pub figures: Vec<Figure>,
+}
+
+/// A cell left out of the ranking for want of repeats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotRanked {
+    /// The cell.
+    pub cell_id: String,
+    /// Its short label.
+    pub label: String,
+    /// Passed repeats (fewer than [`MIN_REPEATS`]).
+    pub n: usize,
+}
+
+/// A cell outside the non-dominated set and one cell that dominates it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dominated {
+    /// The dominated cell's label.
+    pub label: String,
+    /// The best-ranked cell at least as good on every objective and better on one.
+    pub by: String,
+}
+
+/// What the repeats say about one objective between two cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Separation {
+    /// The 95% interval excludes no difference: `ahead` is better.
+    Ahead,
+    /// The interval holds 0.
+    NotSeparable,
+    /// The same value in every repeat of both cells.
+    Equal,
+    /// No interval: a cell has fewer than two repeats with the figure.
+    NoInterval,
+}
+
+/// One objective between two neighbours of the ranking.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairFinding {
+    /// The objective.
+    pub objective: Objective,
+    /// What the repeats say.
+    pub separation: Separation,
+    /// The cell with the better mean (the first of the pair when equal).
+    pub ahead: String,
+    /// The other cell.
+    pub behind: String,
+    /// How far `ahead` is ahead, in percent of `behind` (less for costs, more for throughput).
+    pub ahead_by_pct: f64,
+    /// 95% interval of `ahead_by_pct`.
+    pub ci_pct: Option<(f64, f64)>,
+    /// Welch's two-sided p-value, unadjusted.
+    pub p: Option<f64>,
+    /// Repeats with the figure: ahead, behind.
+    pub n: (usize, usize),
+    /// The test: welch_log (ln values) or welch (values, when a figure is 0).
+    pub method: Method,
+    /// The smallest difference (percent) this pair's repeats could see at alpha 0.05, power 0.8.
+    pub detectable_pct: Option<f64>,
+    /// Repeats per cell that would see [`TARGET_PCT`] at this spread (`None`: more than
+    /// [`MAX_REPEATS_NAMED`], or no spread to judge by).
+    pub repeats_for_target: Option<usize>,
+    /// The finding in words.
+    pub text: String,
+}
+
+/// One line of the ranking.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ranked {
+    /// 1 is best; neighbours no weighted objective separates share a rank.
+    pub rank: usize,
+    /// The cell.
+    pub cell_id: String,
+    /// The cell's short label.
+    pub label: String,
+    /// Weighted score in 0..=1 (1: best on every weighted objective), from the means.
+    pub score: f64,
+    /// The rank of the cell this one is not separable from, if any.
+    pub tied_with: Option<usize>,
+    /// Why, in numbers, one line.
+    pub reason: String,
+    /// Each weighted objective against the next cell of the ranking (empty for the last).
+    pub versus_next: Vec<PairFinding>,
+}
+
+/// The whole answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    /// The run.
+    pub run_id: String,
+    /// The workload of the ranked cells.
+    pub workload: String,
+    /// The profile asked for, if any.
+    pub profile: Option<String>,
+    /// The objectives ranked on, with weights.
+    pub objectives: Vec<Weighted>,
+    /// Objectives asked for that no cell has: left out of the ranking.
+    pub not_measured: Vec<NotMeasured>,
+    /// How the intervals were made.
+    pub method: String,
+    /// The ranked cells' figures, in ranking order.
+    pub cells: Vec<CellFigures>,
+    /// Cells with fewer than [`MIN_REPEATS`] passed repeats: not ranked.
+    pub not_ranked: Vec<NotRanked>,
+    /// Labels of the cells no other cell matches or beats on every objective, ranking order.
+    pub non_dominated: Vec<String>,
+    /// The others, each with a cell that dominates it.
+    pub dominated: Vec<Dominated>,
+    /// The ranking.
+    pub ranking: Vec<Ranked>,
+}
+
+/// One cell's per-repeat figures.
 struct Candidate {
     cell_id: String,
     label: String,
-    metrics: BTreeMap<String, f64>,
-    /// No storage server: storage-stack memory and server CPU are 0.
-    serverless: bool,
-    /// A bonnie++ cell, ranked on bonnie++'s figures.
-    bonnie: bool,
+    n: usize,
+    kind: CellKind,
+    /// Per objective, one value per repeat that has it.
+    values: BTreeMap<Objective, Vec<f64>>,
 }
 
-/// Ranks the passed cells of `run` (of one workload, if given) by `weights`.
-pub fn recommend(
-    run: &RunRecord,
-    workload: Option<&str>,
-    weights: &Weights,
-) -> Result<Vec<Ranked>, RecommendError> {
-    let cands = candidates(run, workload)?;
-    let objectives: Vec<(Objective, f64)> = weights
-        .0
-        .iter()
-        .filter(|(_, w)| **w > 0.0)
-        .map(|(o, w)| (*o, *w))
-        .collect();
-    if objectives.is_empty() {
-        return Err(RecommendError::NoWeights(String::new()));
+impl Candidate {
+    fn values(&self, o: Objective) -> &[f64] {
+        self.values.get(&o).map(Vec::as_slice).unwrap_or(&[])
     }
-    let table = ObjectiveTable::build(&cands, &objectives)?;
+
+    fn mean(&self, o: Objective) -> Option<f64> {
+        super::stats::mean(self.values(o))
+    }
+}
+
+/// Ranks the passed cells of `run` as `ask` says.
+pub fn recommend(run: &RunRecord, ask: &Ask) -> Result<Recommendation, RecommendError> {
+    let (workload, all) = candidates(run, ask.workload.as_deref())?;
+    let (cands, short): (Vec<Candidate>, Vec<Candidate>) =
+        all.into_iter().partition(|c| c.n >= MIN_REPEATS);
+    if cands.is_empty() || (cands.len() == 1 && !short.is_empty()) {
+        let mut cells: Vec<(String, usize)> = cands
+            .iter()
+            .chain(&short)
+            .map(|c| (c.label.clone(), c.n))
+            .collect();
+        cells.sort();
+        return Err(RecommendError::NotEnoughRepeats {
+            run: run.run_id.clone(),
+            cells,
+        });
+    }
+    let (objectives, not_measured) = measured_objectives(run, ask, &cands)?;
+    let table = ObjectiveTable::build(&cands);
+    let order = score_order(&cands, &table, &objectives);
+    let weighted: Vec<Objective> = objectives.iter().map(|(o, _)| *o).collect();
+    let ranking = rank(&cands, &table, &order, &objectives);
+    let (non_dominated, dominated) = pareto(&cands, &order, &weighted);
+    Ok(Recommendation {
+        run_id: run.run_id.clone(),
+        workload,
+        profile: ask.profile.map(|p| p.name.to_string()),
+        objectives: objectives
+            .iter()
+            .map(|(o, w)| Weighted {
+                objective: *o,
+                weight: *w,
+                higher_is_better: o.higher_is_better(),
+            })
+            .collect(),
+        not_measured,
+        method: METHOD.into(),
+        cells: order
+            .iter()
+            .map(|(i, _)| figures(&cands[*i], &weighted, table.bonnie))
+            .collect(),
+        not_ranked: short
+            .iter()
+            .map(|c| NotRanked {
+                cell_id: c.cell_id.clone(),
+                label: c.label.clone(),
+                n: c.n,
+            })
+            .collect(),
+        non_dominated,
+        dominated,
+        ranking,
+    })
+}
+
+/// The weighted objectives with a figure in some cell; the profile's others are "not measured"
+/// (the user's own are an error).
+fn measured_objectives(
+    run: &RunRecord,
+    ask: &Ask,
+    cands: &[Candidate],
+) -> Result<(Vec<(Objective, f64)>, Vec<NotMeasured>), RecommendError> {
+    let mut objectives = vec![];
+    let mut not_measured = vec![];
+    for (&o, &w) in ask.weights.0.iter().filter(|(_, w)| **w > 0.0) {
+        if cands.iter().any(|c| !c.values(o).is_empty()) {
+            objectives.push((o, w));
+        } else if ask.explicit {
+            return Err(RecommendError::MissingMetric {
+                objective: o,
+                needs: o.needs().into(),
+            });
+        } else {
+            not_measured.push(NotMeasured {
+                objective: o,
+                needs: o.needs().into(),
+            });
+        }
+    }
+    if objectives.is_empty() {
+        return Err(RecommendError::NothingMeasured {
+            run: run.run_id.clone(),
+            missing: not_measured
+                .iter()
+                .map(|m| format!("{} (needs {})", m.objective.noun(), m.needs))
+                .collect(),
+        });
+    }
+    Ok((objectives, not_measured))
+}
+
+/// Candidates by descending weighted score (ties by cell id), with their scores.
+fn score_order(
+    cands: &[Candidate],
+    table: &ObjectiveTable,
+    objectives: &[(Objective, f64)],
+) -> Vec<(usize, f64)> {
     let total_w: f64 = objectives.iter().map(|(_, w)| w).sum();
     let mut scored: Vec<(usize, f64)> = (0..cands.len())
         .map(|i| {
-            (
-                i,
-                objectives
-                    .iter()
-                    .map(|(o, w)| w * table.norm(*o, i))
-                    .sum::<f64>()
-                    / total_w,
-            )
+            let s: f64 = objectives.iter().map(|(o, w)| w * table.norm(*o, i)).sum();
+            (i, s / total_w)
         })
         .collect();
     scored.sort_by(|a, b| {
         b.1.total_cmp(&a.1)
             .then_with(|| cands[a.0].cell_id.cmp(&cands[b.0].cell_id))
     });
-    let top = scored[0].0;
-    let mut out: Vec<Ranked> = Vec::with_capacity(scored.len());
-    for (pos, &(i, score)) in scored.iter().enumerate() {
-        let mut reason = table.reason(i, top, &objectives);
-        // Ties are measured against the first cell of the tied group, so a chain of near
-        // scores cannot stretch a tie beyond the threshold.
-        let leader = out
-            .last()
-            .map(|prev: &Ranked| prev.tied_with.unwrap_or(prev.rank))
-            .and_then(|r| out.iter().find(|x| x.rank == r));
-        let tie = leader.filter(|l| l.score > 0.0 && (l.score - score) / l.score * 100.0 < TIE_PCT);
-        let (rank, tied_with) = match tie {
-            Some(l) => {
+    scored
+}
+
+/// The ranking: ranks shared by neighbours no weighted objective separates, measured against
+/// the first cell of the shared rank too, so a chain of near cells cannot stretch a rank.
+fn rank(
+    cands: &[Candidate],
+    table: &ObjectiveTable,
+    order: &[(usize, f64)],
+    objectives: &[(Objective, f64)],
+) -> Vec<Ranked> {
+    let top = order[0].0;
+    let mut out: Vec<Ranked> = Vec::with_capacity(order.len());
+    for (pos, &(i, score)) in order.iter().enumerate() {
+        let mut reason = table.reason(i, top, objectives);
+        let mut rank = pos + 1;
+        let mut tied_with = None;
+        if let Some(prev) = out.last() {
+            let leader_rank = prev.rank;
+            let leader = order[leader_rank - 1].0;
+            let prev_i = order[pos - 1].0;
+            let separated = |a: usize| {
+                pair_findings(&cands[a], &cands[i], objectives)
+                    .iter()
+                    .any(|f| f.separation == Separation::Ahead)
+            };
+            if !separated(prev_i) && !separated(leader) {
+                rank = leader_rank;
+                tied_with = Some(leader_rank);
                 reason.push_str(&format!(
-                    "; tied with #{} {} (scores within the {TIE_PCT}% noise threshold)",
-                    l.rank, l.label
+                    "; not separable from #{leader_rank} {} on any weighted objective at these \
+                     repeats",
+                    cands[leader].label
                 ));
-                (l.rank, Some(l.rank))
             }
-            None => (pos + 1, None),
-        };
+        }
+        let versus_next = order
+            .get(pos + 1)
+            .map(|&(j, _)| pair_findings(&cands[i], &cands[j], objectives))
+            .unwrap_or_default();
         out.push(Ranked {
             rank,
             cell_id: cands[i].cell_id.clone(),
@@ -341,83 +578,274 @@ pub fn recommend(
             score,
             tied_with,
             reason,
+            versus_next,
         });
     }
-    Ok(out)
+    out
 }
 
-fn candidates(run: &RunRecord, workload: Option<&str>) -> Result<Vec<Candidate>, RecommendError> {
+/// Each weighted objective between cells `a` (ranked first) and `b`.
+fn pair_findings(
+    a: &Candidate,
+    b: &Candidate,
+    objectives: &[(Objective, f64)],
+) -> Vec<PairFinding> {
+    objectives
+        .iter()
+        .map(|(o, _)| pair_finding(*o, a, b))
+        .collect()
+}
+
+/// `a` against `b` on `o`: who is ahead, by how much, with what interval, or what the run could
+/// have seen.
+pub fn pair_finding_values(
+    o: Objective,
+    (a_label, a): (&str, &[f64]),
+    (b_label, b): (&str, &[f64]),
+) -> PairFinding {
+    let mean = |v: &[f64]| super::stats::mean(v).unwrap_or(f64::NAN);
+    let a_better = if o.higher_is_better() {
+        mean(a) >= mean(b)
+    } else {
+        mean(a) <= mean(b)
+    };
+    let ((ahead, av), (behind, bv)) = if a_better {
+        ((a_label, a), (b_label, b))
+    } else {
+        ((b_label, b), (a_label, a))
+    };
+    let mut f = PairFinding {
+        objective: o,
+        separation: Separation::NoInterval,
+        ahead: ahead.into(),
+        behind: behind.into(),
+        ahead_by_pct: f64::NAN,
+        ci_pct: None,
+        p: None,
+        n: (av.len(), bv.len()),
+        method: Method::None,
+        detectable_pct: None,
+        repeats_for_target: None,
+        text: String::new(),
+    };
+    let first = av.first().or(bv.first()).copied();
+    if !av.is_empty() && !bv.is_empty() && av.iter().chain(bv).all(|x| Some(*x) == first) {
+        f.separation = Separation::Equal;
+        f.ahead_by_pct = 0.0;
+        f.text = format!(
+            "{}: {ahead} and {behind} equal ({} in every repeat)",
+            o.noun(),
+            o.show(first.unwrap_or(0.0), false)
+        );
+        return f;
+    }
+    // The test's change is `ahead` relative to `behind`; for a cost, being ahead is being lower.
+    let t = test_values(bv, av);
+    let sign = if o.higher_is_better() { 1.0 } else { -1.0 };
+    f.method = t.method;
+    f.p = t.welch.map(|w| w.p);
+    if let Some(w) = t.welch {
+        f.ahead_by_pct = sign * t.method.to_pct(w.diff);
+    }
+    f.ci_pct =
+        t.ci.map(|(lo, hi)| if sign > 0.0 { (lo, hi) } else { (-hi, -lo) });
+    if let Some(s) = t.spread {
+        f.detectable_pct = Some(detectable_pct(&s, t.method));
+        f.repeats_for_target = s.repeats_to_detect(
+            t.method.from_pct(TARGET_PCT),
+            (1.0 - LEVEL, POWER),
+            MIN_REPEATS,
+            MAX_REPEATS_NAMED,
+        );
+    }
+    let n = if f.n.0 == f.n.1 {
+        format!("n = {}", f.n.0)
+    } else {
+        format!("n = {} vs {}", f.n.0, f.n.1)
+    };
+    f.separation = match f.ci_pct {
+        Some((lo, _)) if lo > 0.0 => Separation::Ahead,
+        Some(_) => Separation::NotSeparable,
+        None => Separation::NoInterval,
+    };
+    f.text = match (f.separation, f.ci_pct) {
+        (Separation::Ahead, Some((lo, hi))) => format!(
+            "{}: {ahead} ahead of {behind} by {} [{}, {}]",
+            o.noun(),
+            pct(f.ahead_by_pct),
+            pct(lo),
+            pct(hi)
+        ),
+        (Separation::NotSeparable, _) => format!(
+            "{}: {ahead} and {behind} not separable at {n} (smallest difference this run could \
+             see: {}; {})",
+            o.noun(),
+            f.detectable_pct.map(pct).unwrap_or_else(|| "?".into()),
+            match f.repeats_for_target {
+                Some(k) => format!("about {k} repeats would see {TARGET_PCT}%"),
+                None => format!(
+                    "more than {MAX_REPEATS_NAMED} repeats would be needed to see {TARGET_PCT}%"
+                ),
+            }
+        ),
+        _ => format!(
+            "{}: {ahead} and {behind}: no interval at {n} repeats with the figure",
+            o.noun()
+        ),
+    };
+    f
+}
+
+fn pair_finding(o: Objective, a: &Candidate, b: &Candidate) -> PairFinding {
+    pair_finding_values(o, (&a.label, a.values(o)), (&b.label, b.values(o)))
+}
+
+/// The smallest visible difference as a percentage of the cell behind: a ratio of
+/// `1 + d` on the log scale, whichever side is ahead.
+fn detectable_pct(s: &Spread, method: Method) -> f64 {
+    method.to_pct(s.detectable(1.0 - LEVEL, POWER))
+}
+
+/// A percentage as the findings print it: whole percent from 10 up, one decimal below.
+fn pct(v: f64) -> String {
+    if v.abs() >= 10.0 {
+        format!("{v:.0}%")
+    } else {
+        format!("{v:.1}%")
+    }
+}
+
+/// The non-dominated set (labels, ranking order) and, for every other cell, the best-ranked
+/// cell that is at least as good on every objective and better on one (by means; a missing
+/// figure is worse than any).
+fn pareto(
+    cands: &[Candidate],
+    order: &[(usize, f64)],
+    objectives: &[Objective],
+) -> (Vec<String>, Vec<Dominated>) {
+    let at_least = |a: &Candidate, b: &Candidate, o: Objective| -> (bool, bool) {
+        match (a.mean(o), b.mean(o)) {
+            (Some(x), Some(y)) => {
+                let (ge, gt) = if o.higher_is_better() {
+                    (x >= y, x > y)
+                } else {
+                    (x <= y, x < y)
+                };
+                (ge, gt)
+            }
+            (Some(_), None) => (true, true),
+            (None, None) => (true, false),
+            (None, Some(_)) => (false, false),
+        }
+    };
+    let dominates = |a: &Candidate, b: &Candidate| {
+        let cmp: Vec<(bool, bool)> = objectives.iter().map(|&o| at_least(a, b, o)).collect();
+        cmp.iter().all(|c| c.0) && cmp.iter().any(|c| c.1)
+    };
+    let (mut front, mut dominated) = (vec![], vec![]);
+    for &(i, _) in order {
+        match order
+            .iter()
+            .find(|&&(j, _)| j != i && dominates(&cands[j], &cands[i]))
+        {
+            Some(&(j, _)) => dominated.push(Dominated {
+                label: cands[i].label.clone(),
+                by: cands[j].label.clone(),
+            }),
+            None => front.push(cands[i].label.clone()),
+        }
+    }
+    (front, dominated)
+}
+
+fn figures(c: &Candidate, objectives: &[Objective], bonnie: bool) -> CellFigures {
+    CellFigures {
+        cell_id: c.cell_id.clone(),
+        label: c.label.clone(),
+        n: c.n,
+        figures: objectives
+            .iter()
+            .filter_map(|&o| {
+                let mean = c.mean(o)?;
+                Some(Figure {
+                    objective: o,
+                    mean,
+                    stddev: super::stats::stddev(c.values(o)),
+                    n: c.values(o).len(),
+                    shown: o.show(mean, bonnie),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The chosen workload and its passed cells, one candidate per cell id.
+fn candidates(
+    run: &RunRecord,
+    workload: Option<&str>,
+) -> Result<(String, Vec<Candidate>), RecommendError> {
     let passed: Vec<&CellResult> = run
         .cells
         .iter()
         .filter(|c| c.outcome == Outcome::Passed)
         .collect();
+    let mut workloads: Vec<String> = passed.iter().map(|c| c.cell.workload.to_string()).collect();
+    workloads.sort();
+    workloads.dedup();
     let chosen: Vec<&CellResult> = passed
         .iter()
         .copied()
         .filter(|c| workload.is_none_or(|w| c.cell.workload.to_string() == w))
         .collect();
-    if workload.is_none() {
-        let mut workloads: Vec<String> =
-            passed.iter().map(|c| c.cell.workload.to_string()).collect();
-        workloads.sort();
-        workloads.dedup();
-        if workloads.len() > 1 {
-            return Err(RecommendError::MixedWorkloads {
-                run: run.run_id.clone(),
-                workloads,
-            });
-        }
+    if workload.is_none() && workloads.len() > 1 {
+        return Err(RecommendError::MixedWorkloads {
+            run: run.run_id.clone(),
+            workloads,
+        });
     }
     if chosen.is_empty() {
-        let mut available: Vec<String> =
-            passed.iter().map(|c| c.cell.workload.to_string()).collect();
-        available.dedup();
-        available.sort();
-        available.dedup();
         return Err(RecommendError::NoCells {
             run: run.run_id.clone(),
             workload: workload.map(Into::into),
-            available,
+            available: workloads,
         });
     }
     let mut by_id: BTreeMap<&str, Vec<&CellResult>> = BTreeMap::new();
     chosen
         .iter()
         .for_each(|c| by_id.entry(c.cell_id.as_str()).or_default().push(c));
-    Ok(by_id
-        .into_iter()
-        .map(|(id, reps)| average(id, &reps))
-        .collect())
+    Ok((
+        chosen[0].cell.workload.to_string(),
+        by_id
+            .into_iter()
+            .map(|(id, reps)| candidate(id, &reps))
+            .collect(),
+    ))
 }
 
-/// Means of each numeric metric over the repeats (too-fast and n/a values left out).
-fn average(id: &str, reps: &[&CellResult]) -> Candidate {
-    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    for m in reps.iter().flat_map(|c| &c.metrics) {
-        if let Some(v) = m.value.number().filter(|v| v.is_finite()) {
-            let e = sums.entry(m.key.clone()).or_insert((0.0, 0));
-            e.0 += v;
-            e.1 += 1;
-        }
-    }
-    let metrics: BTreeMap<String, f64> = sums
-        .into_iter()
-        .map(|(k, (s, n))| (k, s / n as f64))
-        .collect();
-    Candidate {
-        cell_id: id.into(),
-        label: reps[0].cell.label(),
+/// One value per repeat of every objective (too-fast and n/a figures left out).
+fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
+    let has = |k: &str| reps.iter().any(|c| c.metric(k).is_some());
+    let kind = CellKind {
+        bonnie: has("seq_in_block_kps") || has("random_seeks_ps"),
         serverless: matches!(
             reps[0].cell.backend,
             Backend::Local | Backend::Block | Backend::Lvm
         ),
-        bonnie: metrics.contains_key("seq_in_block_kps") || metrics.contains_key("random_seeks_ps"),
-        metrics,
+    };
+    let values = Objective::all()
+        .map(|o| (o, reps.iter().filter_map(|r| o.value(r, kind)).collect()))
+        .collect();
+    Candidate {
+        cell_id: id.into(),
+        label: reps[0].cell.label(),
+        n: reps.len(),
+        kind,
+        values,
     }
 }
 
-/// Raw and normalised objective values, per objective then per candidate.
+/// Mean objective values and their normalisation, per objective then per candidate.
 struct ObjectiveTable {
     raw: BTreeMap<Objective, Vec<Option<f64>>>,
     best: BTreeMap<Objective, f64>,
@@ -426,17 +854,16 @@ struct ObjectiveTable {
 }
 
 impl ObjectiveTable {
-    /// Every objective with a figure in some cell (unweighted ones give context to reasons);
-    /// a weighted objective without any figure is an error.
-    fn build(cands: &[Candidate], objectives: &[(Objective, f64)]) -> Result<Self, RecommendError> {
+    /// Every objective with a figure in some cell (unweighted ones give context to reasons).
+    fn build(cands: &[Candidate]) -> Self {
         let mut t = ObjectiveTable {
             raw: BTreeMap::new(),
             best: BTreeMap::new(),
             worst: BTreeMap::new(),
-            bonnie: cands.iter().all(|c| c.bonnie),
+            bonnie: cands.iter().all(|c| c.kind.bonnie),
         };
-        for o in Objective::ALL {
-            let vals: Vec<Option<f64>> = cands.iter().map(|c| o.value(c)).collect();
+        for o in Objective::all() {
+            let vals: Vec<Option<f64>> = cands.iter().map(|c| c.mean(o)).collect();
             let present = vals.iter().flatten().copied();
             let (lo, hi) = (present.clone().reduce(f64::min), present.reduce(f64::max));
             let (best, worst) = if o.higher_is_better() {
@@ -444,23 +871,13 @@ impl ObjectiveTable {
             } else {
                 (lo, hi)
             };
-            match (best, worst) {
-                (Some(best), Some(worst)) => {
-                    t.raw.insert(o, vals);
-                    t.best.insert(o, best);
-                    t.worst.insert(o, worst);
-                }
-                _ if objectives.iter().any(|(w, _)| *w == o) => {
-                    let keys = if t.bonnie { o.bonnie_keys() } else { o.keys() };
-                    return Err(RecommendError::MissingMetric {
-                        objective: o,
-                        keys: keys.iter().map(|k| k.to_string()).collect(),
-                    });
-                }
-                _ => {}
+            if let (Some(best), Some(worst)) = (best, worst) {
+                t.raw.insert(o, vals);
+                t.best.insert(o, best);
+                t.worst.insert(o, worst);
             }
         }
-        Ok(t)
+        t
     }
 
     fn raw(&self, o: Objective, i: usize) -> Option<f64> {
@@ -499,38 +916,20 @@ impl ObjectiveTable {
         n.clamp(0.0, 1.0)
     }
 
-    /// The runner-up value of an objective, excluding cell `i`.
-    fn next_best(&self, o: Objective, i: usize) -> Option<f64> {
-        let others = self.raw[&o]
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .filter_map(|(_, v)| *v);
-        if o.higher_is_better() {
-            others.reduce(f64::max)
-        } else {
-            others.reduce(f64::min)
-        }
-    }
-
-    /// One line: strengths, then the price paid, heaviest objectives first.
+    /// One line: strengths, then the price paid, heaviest objectives first. Means only: how
+    /// sure each difference is, is the pair findings' job.
     fn reason(&self, i: usize, top: usize, objectives: &[(Objective, f64)]) -> String {
         let mut order = objectives.to_vec();
         order.sort_by(|a, b| b.1.total_cmp(&a.1));
         let (mut good, mut bad) = (vec![], vec![]);
         for (o, _) in order {
             let Some(v) = self.raw(o, i) else {
-                let keys = if self.bonnie {
-                    o.bonnie_keys()
-                } else {
-                    o.keys()
-                };
-                bad.push(format!("no {} figure ({})", o.noun(), keys.join("/")));
+                bad.push(format!("no {} figure ({})", o.noun(), o.needs()));
                 continue;
             };
             let n = self.norm(o, i);
             if n >= 0.999 {
-                good.push(self.best_phrase(o, i, v));
+                good.push(format!("{}: {}", o.lead(), self.show(o, v)));
             } else if n >= 0.95 {
                 good.push(format!(
                     "within {:.0}% of the best {} ({})",
@@ -550,17 +949,15 @@ impl ObjectiveTable {
                 good.push(format!("{}, {:.1}x the lowest", self.show(o, v), 1.0 / n));
             }
             if i != top && !o.higher_is_better() {
-                if let Some(p) = self.versus_top(o, top, v) {
-                    good.push(p);
-                }
+                good.extend(self.versus_top(o, top, v));
             }
         }
         // Unweighted costs still tell the reader what the choice saves against #1.
         let weighted: Vec<Objective> = objectives.iter().map(|(o, _)| *o).collect();
-        for o in Objective::ALL.into_iter().filter(|o| !weighted.contains(o)) {
+        for o in Objective::all().filter(|o| !weighted.contains(o)) {
             let Some(v) = self.raw(o, i) else { continue };
-            if o.higher_is_better() && self.norm(o, i) >= 0.999 {
-                good.push(self.best_phrase(o, i, v));
+            if o == Objective::Iops && self.norm(o, i) >= 0.999 {
+                good.push(format!("{}: {}", o.lead(), self.show(o, v)));
             } else if i != top && !o.higher_is_better() {
                 good.extend(self.versus_top(o, top, v));
             }
@@ -569,42 +966,6 @@ impl ObjectiveTable {
             (false, false) => format!("{}; but {}", good.join(", "), bad.join(", ")),
             (false, true) => good.join(", "),
             (true, _) => bad.join(", "),
-        }
-    }
-
-    fn best_phrase(&self, o: Objective, i: usize, v: f64) -> String {
-        let lead = match o {
-            Objective::Iops => "fastest",
-            Objective::P99Latency => "lowest tail latency",
-            Objective::HostCpu => "lightest on the host",
-            Objective::StorageMemory => "lightest storage stack",
-        };
-        match self.next_best(o, i) {
-            Some(next) if next > 0.0 && v > 0.0 => {
-                let ratio = if o.higher_is_better() {
-                    v / next
-                } else {
-                    next / v
-                };
-                let rel = if o.higher_is_better() {
-                    "the next"
-                } else {
-                    "less than the next"
-                };
-                if ratio >= 1.05 {
-                    if o.higher_is_better() {
-                        format!("{lead}: {}, {ratio:.1}x {rel}", self.show(o, v))
-                    } else {
-                        format!("{lead}: {}, {ratio:.1}x {rel}", self.show(o, v))
-                            .replace("x less than", "x below")
-                    }
-                } else if ratio == 1.0 {
-                    format!("{lead}: {} (tied)", self.show(o, v))
-                } else {
-                    format!("{lead}: {} (the next is within 5%)", self.show(o, v))
-                }
-            }
-            _ => format!("{lead}: {}", self.show(o, v)),
         }
     }
 
@@ -644,4 +1005,99 @@ impl ObjectiveTable {
         };
         Some(format!("at {words} the {} of #1", o.noun()))
     }
+}
+
+/// The recommendation as the terminal shows it: the question, the figures, the non-dominated
+/// set, then the ranking with each pair of neighbours' findings, then the method.
+pub fn render_text(r: &Recommendation) -> String {
+    let mut out = String::new();
+    let n: Vec<usize> = r.cells.iter().map(|c| c.n).collect();
+    let (lo, hi) = (
+        n.iter().min().copied().unwrap_or(0),
+        n.iter().max().copied().unwrap_or(0),
+    );
+    let reps = if lo == hi {
+        format!("n = {lo}")
+    } else {
+        format!("n = {lo} to {hi}")
+    };
+    out.push_str(&format!(
+        "run {}, workload {}: {} cells ranked at {reps} passed repeats each{}\n",
+        r.run_id,
+        r.workload,
+        r.cells.len(),
+        r.profile
+            .as_ref()
+            .map(|p| format!(" (profile {p})"))
+            .unwrap_or_default()
+    ));
+    let objs: Vec<String> = r
+        .objectives
+        .iter()
+        .map(|w| {
+            format!(
+                "{} x{} ({} is better)",
+                w.objective,
+                w.weight,
+                if w.higher_is_better {
+                    "higher"
+                } else {
+                    "lower"
+                }
+            )
+        })
+        .collect();
+    out.push_str(&format!("objectives: {}\n", objs.join(", ")));
+    for m in &r.not_measured {
+        out.push_str(&format!(
+            "not measured in this run: {} (needs {}): left out of the ranking\n",
+            m.objective.noun(),
+            m.needs
+        ));
+    }
+    for c in &r.not_ranked {
+        out.push_str(&format!(
+            "not ranked: {} has n = {} passed repeats (a ranking needs {MIN_REPEATS})\n",
+            c.label, c.n
+        ));
+    }
+    out.push_str("\nfigures (mean, sd over the repeats):\n");
+    let width = r.cells.iter().map(|c| c.label.len()).max().unwrap_or(0);
+    for c in &r.cells {
+        let figs: Vec<String> = c
+            .figures
+            .iter()
+            .map(|f| match f.stddev {
+                Some(sd) if f.mean != 0.0 => {
+                    format!("{} ±{:.1}%", f.shown, sd / f.mean.abs() * 100.0)
+                }
+                _ => f.shown.clone(),
+            })
+            .collect();
+        out.push_str(&format!(
+            "  {:<width$}  n = {}  {}\n",
+            c.label,
+            c.n,
+            figs.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "\nnon-dominated (no other cell at least as good on every objective, by means): {}\n",
+        r.non_dominated.join(", ")
+    ));
+    for d in &r.dominated {
+        out.push_str(&format!("  {}: dominated by {}\n", d.label, d.by));
+    }
+    out.push_str("\nranking by weighted score (neighbours no objective separates share a rank):\n");
+    for x in &r.ranking {
+        out.push_str(&format!(
+            "{}. {:<width$}  score {:.2}  {}\n",
+            x.rank, x.label, x.score, x.reason
+        ));
+        for f in &x.versus_next {
+            out.push_str(&format!("     {}\n", f.text));
+        }
+    }
+    out.push_str(&format!("\nmethod: {}\n", r.method));
+    out
 }
