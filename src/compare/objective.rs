@@ -271,7 +271,7 @@ impl Objective {
             (Unit::LatencyUs, false) => format!("p99 {} µs", fmt_num(v)),
             (Unit::CoreMsPer1k, _) => format!("{} core-ms host CPU per 1k I/Os", fmt_num(v)),
             (Unit::Mib(what), _) => format!("{v:.0} MiB {what}"),
-            (Unit::Ms, _) if v >= 10_000.0 => format!("{:.1} s {}", v / 1000.0, self.noun()),
+            (Unit::Ms, _) if v >= 1000.0 => format!("{:.1} s {}", v / 1000.0, self.noun()),
             (Unit::Ms, _) => format!("{} ms {}", fmt_num(v), self.noun()),
             (Unit::Seconds, _) => format!("{v:.1} s {}", self.noun()),
         }

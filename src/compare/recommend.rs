@@ -311,6 +311,8 @@ pub struct Dominated {
     pub label: String,
     /// The best-ranked cell at least as good on every objective and better on one.
     pub by: String,
+    /// Some objective separates the two at 95% (else the domination is by means only).
+    pub separable: bool,
 }
 
 /// What the repeats say about one objective between two cells.
@@ -751,6 +753,9 @@ fn pareto(
             Some(&(j, _)) => dominated.push(Dominated {
                 label: cands[i].label.clone(),
                 by: cands[j].label.clone(),
+                separable: objectives.iter().any(|&o| {
+                    pair_finding(o, &cands[j], &cands[i]).separation == Separation::Ahead
+                }),
             }),
             None => front.push(cands[i].label.clone()),
         }
@@ -844,6 +849,13 @@ fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
         values,
     }
 }
+
+/// Objectives a reason mentions even when unweighted: the fastest cell, and the running costs.
+const CONTEXT: [Objective; 3] = [
+    Objective::Iops,
+    Objective::HostCpu,
+    Objective::StorageMemory,
+];
 
 /// Mean objective values and their normalisation, per objective then per candidate.
 struct ObjectiveTable {
@@ -952,9 +964,10 @@ impl ObjectiveTable {
                 good.extend(self.versus_top(o, top, v));
             }
         }
-        // Unweighted costs still tell the reader what the choice saves against #1.
+        // Unweighted costs of running it still tell the reader what the choice saves
+        // against #1.
         let weighted: Vec<Objective> = objectives.iter().map(|(o, _)| *o).collect();
-        for o in Objective::all().filter(|o| !weighted.contains(o)) {
+        for o in CONTEXT.into_iter().filter(|o| !weighted.contains(o)) {
             let Some(v) = self.raw(o, i) else { continue };
             if o == Objective::Iops && self.norm(o, i) >= 0.999 {
                 good.push(format!("{}: {}", o.lead(), self.show(o, v)));
@@ -1086,7 +1099,12 @@ pub fn render_text(r: &Recommendation) -> String {
         r.non_dominated.join(", ")
     ));
     for d in &r.dominated {
-        out.push_str(&format!("  {}: dominated by {}\n", d.label, d.by));
+        let how = if d.separable {
+            ""
+        } else {
+            " (by means only: no objective separates them at these repeats)"
+        };
+        out.push_str(&format!("  {}: dominated by {}{how}\n", d.label, d.by));
     }
     out.push_str("\nranking by weighted score (neighbours no objective separates share a rank):\n");
     for x in &r.ranking {
