@@ -1,6 +1,6 @@
 //! Issue 6 through the CLI on two real runs: the history lists them, `report` renders every
 //! format, `compare` gives verdicts and JUnit, a run moves between databases by export/import,
-//! and `recommend` ranks the cells.
+//! and `recommend` refuses to rank cells of one repeat.
 mod common;
 use common::*;
 use std::process::Command;
@@ -105,9 +105,13 @@ fn history_report_compare_export_import_recommend() {
     let (code, _, err) = vmbench(&s, &["import", export.to_str().unwrap()]);
     assert_eq!(code, Some(2), "a duplicate import is refused: {err}");
 
+    // One repeat per cell: recommend refuses to rank (exit 3, not enough data) and says why.
     let (code, ranked, err) = vmbench(&s, &["recommend", "last", "--objective", "iops=1"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(ranked.starts_with("1. "), "{ranked}");
+    assert_eq!(code, Some(3), "{ranked}{err}");
+    assert!(
+        ranked.is_empty() && err.contains("cannot rank") && err.contains("has n = 1"),
+        "{ranked}{err}"
+    );
     let (code, _, err) = vmbench(&s, &["recommend", "last", "--objective", "speed=1"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("iops"), "valid objectives named: {err}");

@@ -279,7 +279,7 @@ impl Method {
     }
 
     /// A percentage of the baseline on the test's scale.
-    pub(crate) fn from_pct(self, pct: f64) -> f64 {
+    pub(crate) fn scale_of_pct(self, pct: f64) -> f64 {
         match self {
             Method::WelchLog => (1.0 + pct / 100.0).ln(),
             _ => pct / 100.0,

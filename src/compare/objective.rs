@@ -400,6 +400,30 @@ mod tests {
         }
     }
 
+    /// `--help` and the README's table say what each profile weighs, as [`PROFILES`] does.
+    #[test]
+    fn help_and_readme_describe_the_profiles_as_they_are() {
+        use clap::CommandFactory;
+        let help = crate::cli::Cli::command()
+            .find_subcommand_mut("recommend")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        let readme = include_str!("../../README.md");
+        for p in PROFILES {
+            let w: Vec<String> = p.weights.iter().map(|(o, w)| format!("{o}={w}")).collect();
+            let workload = p.workload.unwrap_or("the run's one workload");
+            let row = format!("| `{}` | {workload} | {} |", p.name, w.join(", "));
+            assert!(readme.contains(&row), "README lacks {row}");
+            let flat: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
+            let said = match p.workload {
+                Some(wl) => format!("{} ({wl}; {})", p.name, w.join(",")),
+                None => format!("{} ({})", p.name, w.join(",")),
+            };
+            assert!(flat.contains(&said), "--help lacks {said}: {flat}");
+        }
+    }
+
     #[test]
     fn profiles_parse_and_unknown_names_list_the_valid_ones() {
         assert_eq!("Database".parse::<Profile>().unwrap().name, "database");

@@ -480,13 +480,16 @@ pub fn recommend(run: &RunRecord, ask: &Ask) -> Result<Recommendation, Recommend
     })
 }
 
+/// Objectives with their weights, heaviest first or in the table's order.
+type WeightList = Vec<(Objective, f64)>;
+
 /// The weighted objectives with a figure in some cell; the profile's others are "not measured"
 /// (the user's own are an error).
 fn measured_objectives(
     run: &RunRecord,
     ask: &Ask,
     cands: &[Candidate],
-) -> Result<(Vec<(Objective, f64)>, Vec<NotMeasured>), RecommendError> {
+) -> Result<(WeightList, Vec<NotMeasured>), RecommendError> {
     let mut objectives = vec![];
     let mut not_measured = vec![];
     for (&o, &w) in ask.weights.0.iter().filter(|(_, w)| **w > 0.0) {
@@ -654,7 +657,7 @@ pub fn pair_finding_values(
     if let Some(s) = t.spread {
         f.detectable_pct = Some(detectable_pct(&s, t.method));
         f.repeats_for_target = s.repeats_to_detect(
-            t.method.from_pct(TARGET_PCT),
+            t.method.scale_of_pct(TARGET_PCT),
             (1.0 - LEVEL, POWER),
             MIN_REPEATS,
             MAX_REPEATS_NAMED,
