@@ -1,7 +1,7 @@
 //! Builds the real guest image (needs root, the Debian mirror and a deb-src entry) and checks
 //! the size budget and that a second `ensure` is a cache hit.
 
-mod common;
+use crate::common;
 use std::time::{Duration, Instant};
 
 use vmbench::image::{default_cache_dir, ensure, ImageRequest};

@@ -50,8 +50,14 @@ fn on_demand_modules_wait_and_keep_their_order() {
     let k = Recipe::embedded().unwrap().kernel;
     let (boot, later) =
         boot_and_on_demand_order(&k.modules, &k.on_demand, &mods, &BTreeSet::new()).unwrap();
-    assert!(boot.iter().any(|m| m.ends_with("virtio_console.ko")), "{boot:?}");
-    assert!(!boot.iter().any(|m| m.starts_with("kernel/fs/")), "{boot:?}");
+    assert!(
+        boot.iter().any(|m| m.ends_with("virtio_console.ko")),
+        "{boot:?}"
+    );
+    assert!(
+        !boot.iter().any(|m| m.starts_with("kernel/fs/")),
+        "{boot:?}"
+    );
     assert!(!later.iter().any(|m| boot.contains(m)), "{later:?}");
     // crc32c_generic is loaded at boot, so the on-demand list must not load it again, yet
     // libcrc32c (xfs's dependency) is there, before xfs.

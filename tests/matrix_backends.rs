@@ -1,7 +1,7 @@
 //! Issue 3's backends as real cells: NFS through an embedded nfs-ganesha, iSCSI through an
 //! embedded tgt (qcow2 and raw each), and a local block device (a loop device). Afterwards no
 //! ganesha or tgtd process, no export, no LUN, no loop device and no image may remain.
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 use vmbench::results::Outcome;

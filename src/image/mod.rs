@@ -427,7 +427,12 @@ fn build_from(
 
 /// Puts the kernel into `out`: the uncompressed ELF (`vmlinux`) when it boots through PVH,
 /// else the package's bzImage (`vmlinuz`). Returns the file name the domain boots.
-fn add_kernel(root: &Path, rel: &str, out: &Path, scratch: &Path) -> Result<&'static str, ImageError> {
+fn add_kernel(
+    root: &Path,
+    rel: &str,
+    out: &Path,
+    scratch: &Path,
+) -> Result<&'static str, ImageError> {
     let vmlinuz = root.join("boot").join(format!("vmlinuz-{rel}"));
     let bz = read(&vmlinuz)?;
     match kernel::pvh_vmlinux(&bz, scratch)? {
@@ -572,7 +577,10 @@ fn add_modules(
     let every: Vec<String> = boot.iter().chain(later).cloned().collect();
     let mods = kernel::collect(&moddir, &every, &builtin)?;
     let (at_boot, on_demand) = kernel::boot_and_on_demand_order(boot, later, &mods, &builtin)?;
-    for (list, order) in [("modules.order", &at_boot), ("modules.ondemand", &on_demand)] {
+    for (list, order) in [
+        ("modules.order", &at_boot),
+        ("modules.ondemand", &on_demand),
+    ] {
         let mut order_text = String::new();
         for m in order {
             // finit_module needs an uncompressed module here; store every one as plain .ko.
@@ -585,7 +593,11 @@ fn add_modules(
             order_text.push_str(plain);
             order_text.push('\n');
         }
-        tree.file(&format!("etc/vmbench/{list}"), 0o644, order_text.into_bytes());
+        tree.file(
+            &format!("etc/vmbench/{list}"),
+            0o644,
+            order_text.into_bytes(),
+        );
     }
     tree.file(
         &format!("usr/lib/modules/{rel}/modules.dep"),
