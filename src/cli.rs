@@ -378,10 +378,15 @@ pub struct ReportArgs {
     /// The text table's fio rows: the write-ups' headline figures, or every metric.
     #[arg(long, value_enum, default_value = "headline")]
     pub metrics: crate::report::MetricSet,
-    /// Show the write-up's published table beside the run's and check its conclusions
-    /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition).
+    /// Show the write-up's published table beside the run's and judge its conclusions
+    /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition). Refused (exit 2)
+    /// when the run was not made by that preset, unless --force.
     #[arg(long, value_name = "NAME")]
     pub against_seed: Option<String>,
+    /// With --against-seed: judge the conclusions even when the run was not made by the seed's
+    /// preset (the report lists what differs).
+    #[arg(long, requires = "against_seed")]
+    pub force: bool,
     /// Write to this file instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
