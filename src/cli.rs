@@ -536,6 +536,26 @@ pub struct ImportArgs {
     pub db: DbArgs,
 }
 
+/// The configuration a stored run's recorded command line (`RunRecord::command`) builds today,
+/// or why it builds none (not a `vmbench matrix` command, a flag that no longer parses).
+pub fn recorded_matrix_config(command: &[String]) -> Result<MatrixConfig, String> {
+    use clap::Parser as _;
+    let line = command.join(" ");
+    let cli = Cli::try_parse_from(command).map_err(|e| {
+        let e = e.to_string();
+        let first = e.lines().next().unwrap_or_default().to_string();
+        format!("the recorded command `{line}` does not parse today: {first}")
+    })?;
+    match cli.command {
+        Command::Matrix(a) => matrix_config(&a).map_err(|e| {
+            format!("the recorded command `{line}` gives no configuration today: {e}")
+        }),
+        _ => Err(format!(
+            "the run was not made by `vmbench matrix` (recorded command: `{line}`)"
+        )),
+    }
+}
+
 /// Builds the matrix configuration: defaults, then the TOML file, then CLI flags.
 pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     let mut c = match (&a.config, &a.preset) {

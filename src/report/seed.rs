@@ -768,12 +768,18 @@ fn tcg_banner(measured: &BTreeMap<&str, Measured<'_>>) -> Option<String> {
     })
 }
 
-/// The whole seed report for a run. Refused (exit 2) when the run was not made by the seed's
-/// preset, unless `force`.
-pub fn against(run: &RunRecord, name: &str, force: bool) -> Result<String, SeedError> {
+/// The whole seed report for a run. `ran` is the configuration the run's recorded command gives
+/// (`cli::recorded_matrix_config`) or why there is none. Refused (exit 2) when the run was not
+/// made by the seed's preset, unless `force`.
+pub fn against(
+    run: &RunRecord,
+    ran: &Result<crate::matrix::config::MatrixConfig, String>,
+    name: &str,
+    force: bool,
+) -> Result<String, SeedError> {
     let seed = seed_table(name)?;
     let origin = match crate::matrix::presets::seed_preset(&seed.name) {
-        Ok(p) => seed_origin::origin(run, p),
+        Ok(p) => seed_origin::origin(ran, p),
         Err(e) => Origin::Unknown(e),
     };
     let differs = match &origin {
@@ -875,6 +881,16 @@ mod tests {
         real(include_str!(
             "../../tests/fixtures/run-qemu-local-pgrandrw-bonnie.json"
         ))
+    }
+
+    /// `against` with the configuration the run's recorded command gives.
+    fn against_(run: &RunRecord, name: &str, force: bool) -> Result<String, SeedError> {
+        against(
+            run,
+            &crate::cli::recorded_matrix_config(&run.command),
+            name,
+            force,
+        )
     }
 
     const LONGHORN_CMD: &[&str] = &[
@@ -1016,7 +1032,7 @@ mod tests {
             matches!(&lh.systems[0].figures["storage_server_peak_rss_mib"], Figure::Text(t) if t.starts_with("about 1.5 GB"))
         );
 
-        let out = against(&fixture_run(), "xen-kvm-nfs-iscsi-local", true).unwrap();
+        let out = against_(&fixture_run(), "xen-kvm-nfs-iscsi-local", true).unwrap();
         for want in [
             "kvm-guest-nfs-qcow-100mb-3rd",
             "706.3",
@@ -1026,7 +1042,7 @@ mod tests {
         ] {
             assert!(out.contains(want), "{want}:\n{out}");
         }
-        let out = against(&fixture_run(), "longhorn-localpv-openebs", true).unwrap();
+        let out = against_(&fixture_run(), "longhorn-localpv-openebs", true).unwrap();
         assert!(out.contains("about 1.5 GB"), "{out}");
         assert!(out.contains("Local PV (not measured)"), "{out}");
     }
@@ -1037,7 +1053,7 @@ mod tests {
         let run = as_longhorn(real(include_str!(
             "../../tests/fixtures/run-local-qcow2-raw-x2.json"
         )));
-        let out = against(&run, "longhorn-localpv-openebs", false).unwrap();
+        let out = against_(&run, "longhorn-localpv-openebs", false).unwrap();
         let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
         assert_eq!(v.len(), 1, "{out}");
         assert!(
@@ -1057,7 +1073,7 @@ mod tests {
         let run = as_longhorn(real(include_str!(
             "../../tests/fixtures/export-aa-rep5-a.json"
         )));
-        let out = against(&run, "longhorn-localpv-openebs", false).unwrap();
+        let out = against_(&run, "longhorn-localpv-openebs", false).unwrap();
         let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
         assert_eq!(v.len(), 1, "{out}");
         assert!(v[0].contains("[does not hold]"), "{out}");
@@ -1096,7 +1112,7 @@ mod tests {
                 }
             }
         }
-        let out = against(&tenth, "longhorn-localpv-openebs", false).unwrap();
+        let out = against_(&tenth, "longhorn-localpv-openebs", false).unwrap();
         let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
         assert!(v[0].contains("[holds]"), "{out}");
         // Write IOPS were not touched: still about 1x.
@@ -1108,14 +1124,14 @@ mod tests {
         kvm.cells
             .iter_mut()
             .for_each(|c| c.cell.hypervisor = Hypervisor::Kvm);
-        let out = against(&kvm, "longhorn-localpv-openebs", true).unwrap();
+        let out = against_(&kvm, "longhorn-localpv-openebs", true).unwrap();
         assert!(!out.contains("TCG"), "{out}");
     }
 
     #[test]
     fn a_run_not_made_by_the_preset_is_refused_unless_forced() {
         // The fixture's recorded command is a default matrix run (local raw, 10 s).
-        let e = against(&fixture_run(), "lvm-vs-partition", false).unwrap_err();
+        let e = against_(&fixture_run(), "lvm-vs-partition", false).unwrap_err();
         let msg = e.to_string();
         assert!(matches!(e, SeedError::NotFromPreset { .. }), "{msg}");
         assert!(
@@ -1130,7 +1146,7 @@ mod tests {
             msg.contains("runtime: run 10, preset 60") && msg.contains("--force"),
             "{msg}"
         );
-        let out = against(&fixture_run(), "lvm-vs-partition", true).unwrap();
+        let out = against_(&fixture_run(), "lvm-vs-partition", true).unwrap();
         assert!(
             out.contains("WARNING: not made by preset lvm-vs-partition (judged anyway: --force)"),
             "{out}"

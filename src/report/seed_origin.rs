@@ -1,6 +1,7 @@
 //! Did a run come from a seed preset? `report --against-seed` judges a write-up's conclusions
 //! only on a run its preset made: the run's recorded command line is parsed again into the
-//! matrix configuration it ran, and every measurement parameter is compared with the preset's.
+//! matrix configuration it ran (by `cli::recorded_matrix_config`: library code takes no clap
+//! structs), and every measurement parameter is compared with the preset's.
 //!
 //! Left out of the comparison, because they do not change what a cell measures: where things
 //! live (`storage`: directories, servers, devices; `connect`, `hosts`, `host_pool_dirs`),
@@ -9,8 +10,6 @@
 
 use crate::matrix::config::MatrixConfig;
 use crate::matrix::presets::SeedPreset;
-use crate::results::RunRecord;
-use clap::Parser;
 
 /// Configuration keys that are not measurement parameters (see the module comment).
 const NOT_PARAMETERS: &[&str] = &[
@@ -55,11 +54,12 @@ pub enum Origin {
     Unknown(String),
 }
 
-/// The origin of `run` against `preset`.
-pub fn origin(run: &RunRecord, preset: &SeedPreset) -> Origin {
-    let ran = match recorded_config(&run.command) {
+/// The origin of a run against `preset`, from the configuration its recorded command gives
+/// (`cli::recorded_matrix_config`), or why there is none.
+pub fn origin(ran: &Result<MatrixConfig, String>, preset: &SeedPreset) -> Origin {
+    let ran = match ran {
         Ok(c) => c,
-        Err(why) => return Origin::Unknown(why),
+        Err(why) => return Origin::Unknown(why.clone()),
     };
     let mut expected = preset.config();
     if ran.storage.block_device.is_none() {
@@ -69,35 +69,12 @@ pub fn origin(run: &RunRecord, preset: &SeedPreset) -> Origin {
             .backend
             .retain(|b| *b != crate::cell::Backend::Block);
     }
-    let diffs = differences(&ran, &expected);
+    let diffs = differences(ran, &expected);
     if diffs.is_empty() {
         Origin::Preset
     } else {
         Origin::Differs(diffs)
     }
-}
-
-/// The configuration `vmbench matrix` built from this recorded command line.
-fn recorded_config(command: &[String]) -> Result<MatrixConfig, String> {
-    let line = command.join(" ");
-    let cli = crate::cli::Cli::try_parse_from(command).map_err(|e| {
-        format!(
-            "the recorded command `{line}` does not parse today: {}",
-            first_line(&e.to_string())
-        )
-    })?;
-    match cli.command {
-        crate::cli::Command::Matrix(a) => crate::cli::matrix_config(&a).map_err(|e| {
-            format!("the recorded command `{line}` gives no configuration today: {e}")
-        }),
-        _ => Err(format!(
-            "the run was not made by `vmbench matrix` (recorded command: `{line}`)"
-        )),
-    }
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or(s)
 }
 
 /// The measurement parameters that differ between two configurations, by key.
@@ -128,6 +105,11 @@ pub fn differences(ran: &MatrixConfig, preset: &MatrixConfig) -> Vec<ParamDiff> 
 mod tests {
     use super::*;
     use crate::matrix::presets::seed_preset;
+    use crate::results::RunRecord;
+
+    fn origin(run: &RunRecord, p: &SeedPreset) -> Origin {
+        super::origin(&crate::cli::recorded_matrix_config(&run.command), p)
+    }
 
     fn run_with(command: &[&str]) -> RunRecord {
         let text = include_str!("../../tests/fixtures/run-qemu-local-pgrandrw-bonnie.json");
