@@ -1,7 +1,7 @@
 //! `vmbench report RUN --against-seed NAME` through the CLI, on a real stored run
 //! (tests/fixtures/run-qemu-local-pgrandrw-bonnie.json: a default-matrix run, not a preset's).
 //! Pure: no host needed.
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 

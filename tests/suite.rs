@@ -38,6 +38,7 @@ mod nightly;
 mod report_html;
 mod report_openmetrics;
 mod report_parsers;
+mod report_seed;
 mod report_tables;
 mod results_cli;
 mod security_closed;
