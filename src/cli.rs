@@ -380,10 +380,15 @@ pub struct ReportArgs {
     /// The text table's fio rows: the write-ups' headline figures, or every metric.
     #[arg(long, value_enum, default_value = "headline")]
     pub metrics: crate::report::MetricSet,
-    /// Show the write-up's published table beside the run's and check its conclusions
-    /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition).
+    /// Show the write-up's published table beside the run's and judge its conclusions
+    /// (longhorn-localpv-openebs, xen-kvm-nfs-iscsi-local, lvm-vs-partition). Refused (exit 2)
+    /// when the run was not made by that preset, unless --force.
     #[arg(long, value_name = "NAME")]
     pub against_seed: Option<String>,
+    /// With --against-seed: judge the conclusions even when the run was not made by the seed's
+    /// preset (the report lists what differs).
+    #[arg(long, requires = "against_seed")]
+    pub force: bool,
     /// Write to this file instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -541,6 +546,26 @@ pub struct ImportArgs {
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,
+}
+
+/// The configuration a stored run's recorded command line (`RunRecord::command`) builds today,
+/// or why it builds none (not a `vmbench matrix` command, a flag that no longer parses).
+pub fn recorded_matrix_config(command: &[String]) -> Result<MatrixConfig, String> {
+    use clap::Parser as _;
+    let line = command.join(" ");
+    let cli = Cli::try_parse_from(command).map_err(|e| {
+        let e = e.to_string();
+        let first = e.lines().next().unwrap_or_default().to_string();
+        format!("the recorded command `{line}` does not parse today: {first}")
+    })?;
+    match cli.command {
+        Command::Matrix(a) => matrix_config(&a).map_err(|e| {
+            format!("the recorded command `{line}` gives no configuration today: {e}")
+        }),
+        _ => Err(format!(
+            "the run was not made by `vmbench matrix` (recorded command: `{line}`)"
+        )),
+    }
 }
 
 /// Builds the matrix configuration: defaults, then the TOML file, then CLI flags.

@@ -379,7 +379,13 @@ fn cmd_report(a: &cli::ReportArgs) -> Result<i32, CliError> {
     let spec = if a.last { "last" } else { a.run.as_str() };
     let run = load_run(spec, &a.db)?;
     if let Some(seed) = &a.against_seed {
-        let text = report::seed::against(&run, seed).map_err(|e| CliError::Usage(e.to_string()))?;
+        let text = report::seed::against(
+            &run,
+            &cli::recorded_matrix_config(&run.command),
+            seed,
+            a.force,
+        )
+        .map_err(|e| CliError::Usage(e.to_string()))?;
         write_out(&a.output, &text)?;
         return Ok(0);
     }

@@ -12,7 +12,7 @@
 //! The A side is shared: night 2 is both the A/A pair's second side and (through its imported
 //! copy) the capped night's baseline. Repeats: 5 on night 2, whose spread sets Welch's df
 //! against the nearly constant capped side; 3 on nights 1 and 3; 1 on the failing night.
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! raw, 5 repeats each, exported with `vmbench export`): summary first, one interval chart per
 //! verdict row, information rows collapsed; and the same page in headless chromium.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

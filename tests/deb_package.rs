@@ -2,7 +2,7 @@
 //! release build this test run already made; it is installed with dpkg (apt-get -f install if
 //! dpkg leaves a dependency unmet), used the way an admin meets it (version, doctor, man pages,
 //! tab completion in bash, zsh and fish, the nightly units), linted, and purged without a trace.
-mod common;
+use crate::common;
 
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};

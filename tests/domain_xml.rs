@@ -1,7 +1,7 @@
 //! Domain XML: golden files (domains/*.xml, the reference definitions), libvirt's schema via the
 //! real `virt-xml-validate`, hostile values, and (when libvirtd runs) libvirt itself accepting
 //! the KVM/QEMU definitions. The golden comparison is pure; the schema and libvirt tests are
-//! host tests (see tests/README.md). `UPDATE_GOLDEN=1 cargo test --test domain_xml` rewrites the goldens.
+//! host tests (see tests/README.md). `UPDATE_GOLDEN=1 cargo test --test suite domain_xml::` rewrites the goldens.
 
 use quick_xml::events::Event;
 use quick_xml::name::ResolveResult;

@@ -4,7 +4,7 @@
 //! reason, the rest of the matrix runs, finished results are kept and nothing is left behind.
 //! Two matrices (7 cell runs) keep the suite inside the CI budget; bad input costs no VM.
 //! The last line printed is the suite's summary (docs/faults.md lists the cases).
-mod common;
+use crate::common;
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

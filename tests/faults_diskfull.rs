@@ -1,6 +1,6 @@
 //! Issue 8, fault 6: the run directory's disk fills up in the middle of a matrix. vmbench stops
 //! with a clear error; the finished cell is intact in the store and in run.json; nothing is left.
-mod common;
+use crate::common;
 use common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! oversized frame, non-UTF-8 garbage, a result for a job it was not given, and a "successful"
 //! fio run with impossible numbers. Each fails its cell with a specific reason; the process stays
 //! healthy and the next cell runs; nothing is left.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::results::Outcome;
 

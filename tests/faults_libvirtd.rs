@@ -1,6 +1,6 @@
 //! Issue 8, fault 5: libvirtd restarted in the middle of a cell. The cell fails with the reason,
 //! the connection is reopened for the next cell, which passes, and nothing is left.
-mod common;
+use crate::common;
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! no I/O fails in about `--stall-timeout` with "no I/O progress", far below the job's total
 //! limit (runtime x 4 + ramp + 600 s); a real fio cell whose measured job runs longer than the
 //! same short stall timeout passes, so the watchdog does not fire on work that moves.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::results::Outcome;
 

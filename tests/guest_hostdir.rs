@@ -1,7 +1,7 @@
 //! Issue 13's `hostdir` backend on a real cell (libvirtd, QEMU under TCG, the vmbench guest): a
 //! fresh host directory shared with virtio-fs, fio on a file in the guest's mount of it,
 //! virtiofsd measured like an embedded server, and nothing left afterwards.
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

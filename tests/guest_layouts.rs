@@ -2,7 +2,7 @@
 //! one primary partition and on an LVM logical volume, both made in the guest on the virtual
 //! disk (the seed `lvm-vs-partition`). The agent reports the device it mounted, recorded in the
 //! cell's params as `guest_mounted_device`: that is what shows the layout was really used.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::results::CellResult;
 

@@ -3,7 +3,7 @@
 //! answer fails instead of finding nothing; a test that hangs is killed by nextest and reported
 //! failed (`hangs_on_purpose`, run only by scripts/test's self-check under the `selftest`
 //! profile of .config/nextest.toml).
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};

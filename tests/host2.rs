@@ -3,7 +3,7 @@
 //! `qemu+tcp` on a veth address, with this machine's image cache, work dirs and libvirt state
 //! hidden from it. A matrix over both hosts runs on each; host2's disks and kernel exist only in
 //! host2's mount namespace, and killing host2's libvirtd fails only host2's cell.
-mod common;
+use crate::common;
 use common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -1,7 +1,7 @@
 //! Builds the real guest image (needs root, the Debian mirror and a deb-src entry) and checks
 //! the size budget and that a second `ensure` is a cache hit.
 
-mod common;
+use crate::common;
 use std::time::{Duration, Instant};
 
 use vmbench::image::{default_cache_dir, ensure, ImageRequest};
@@ -26,6 +26,11 @@ fn image_builds_under_budget_and_is_cached() {
         first.initrd_bytes
     );
     assert!(first.kernel.exists());
+    // Debian's kernel has a PVH entry: the image boots its uncompressed ELF directly (no
+    // firmware real-mode path and no in-guest decompression under TCG).
+    assert!(first.kernel.ends_with("vmlinux"), "{:?}", first.kernel);
+    let elf = std::fs::read(&first.kernel).unwrap();
+    assert_eq!(vmbench::image::elf::has_pvh_entry(&elf), Ok(true));
     assert!(
         first
             .versions

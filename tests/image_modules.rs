@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use vmbench::image::kernel::{load_order, parse_modules_dep};
+use vmbench::image::kernel::{boot_and_on_demand_order, load_order, parse_modules_dep};
 use vmbench::image::recipe::Recipe;
 
 const DEP: &str = include_str!("fixtures/modules.dep.6.1.0-57-amd64");
@@ -10,7 +10,8 @@ const DEP: &str = include_str!("fixtures/modules.dep.6.1.0-57-amd64");
 #[test]
 fn recipe_modules_load_after_all_their_dependencies() {
     let mods = parse_modules_dep(DEP).unwrap();
-    let wanted = Recipe::embedded().unwrap().kernel.modules;
+    let k = Recipe::embedded().unwrap().kernel;
+    let wanted: Vec<String> = k.modules.iter().chain(&k.on_demand).cloned().collect();
     let order = load_order(&wanted, &mods, &BTreeSet::new()).unwrap();
     let pos = |p: &str| {
         order
@@ -39,6 +40,33 @@ fn recipe_modules_load_after_all_their_dependencies() {
     let unique: BTreeSet<&String> = order.iter().collect();
     assert_eq!(unique.len(), order.len(), "a module is listed twice");
     assert!(order.iter().any(|o| o.ends_with("xen-blkfront.ko")));
+}
+
+/// Boot loads the virtio drivers and nothing of the filesystems; the on-demand list has the
+/// filesystems after their dependencies and repeats nothing boot loaded.
+#[test]
+fn on_demand_modules_wait_and_keep_their_order() {
+    let mods = parse_modules_dep(DEP).unwrap();
+    let k = Recipe::embedded().unwrap().kernel;
+    let (boot, later) =
+        boot_and_on_demand_order(&k.modules, &k.on_demand, &mods, &BTreeSet::new()).unwrap();
+    assert!(
+        boot.iter().any(|m| m.ends_with("virtio_console.ko")),
+        "{boot:?}"
+    );
+    assert!(
+        !boot.iter().any(|m| m.starts_with("kernel/fs/")),
+        "{boot:?}"
+    );
+    assert!(!later.iter().any(|m| boot.contains(m)), "{later:?}");
+    // crc32c_generic is loaded at boot, so the on-demand list must not load it again, yet
+    // libcrc32c (xfs's dependency) is there, before xfs.
+    assert!(!later.iter().any(|m| m.ends_with("crc32c_generic.ko")));
+    let pos = |p: &str| later.iter().position(|o| o == p).unwrap();
+    assert!(pos("kernel/fs/jbd2/jbd2.ko") < pos("kernel/fs/ext4/ext4.ko"));
+    assert!(pos("kernel/lib/libcrc32c.ko") < pos("kernel/fs/xfs/xfs.ko"));
+    assert!(pos("kernel/fs/fuse/fuse.ko") < pos("kernel/fs/fuse/virtiofs.ko"));
+    assert!(later.iter().any(|m| m.ends_with("dm-mod.ko")));
 }
 
 #[test]

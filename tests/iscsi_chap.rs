@@ -2,7 +2,7 @@
 //! credentials from `--iscsi-chap-file`. The test's own tgtd (vmbench's `Tgt`, in a network
 //! namespace of the test, its files outside the scratch dir) plays the external server, with an
 //! account and LUN the test makes; vmbench is only given its URL and the file.
-mod common;
+use crate::common;
 use common::argv::{ArgvRecorder, ExecLog};
 use common::*;
 use rand::distributions::{Alphanumeric, DistString};

@@ -2,7 +2,7 @@
 //! URIs (`qemu:///system`, `qemu+unix:///system`): their cells run at the same time, one per host,
 //! and carry the host in their id and provenance. A third host that cannot be reached fails
 //! only its own cells.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::results::Outcome;
 

@@ -1,7 +1,7 @@
 //! Issue 4's lifecycle: Ctrl-C mid-cell and `--resume`, `cleanup` after `kill -9`, a live run
 //! left alone, and `--dry-run`. Real libvirtd, QEMU under TCG, tgtd. (Two runs at once: the
 //! test in matrix_links.rs, with embedded servers, also checks their run ids and domain names.)
-mod common;
+use crate::common;
 use common::running::Running;
 use common::*;
 use nix::sys::signal::Signal;

@@ -3,7 +3,7 @@
 //! counters); an unshaped one is faster; two runs at the same time each get their own servers,
 //! and one run's cleanup leaves the other alone (nor do two runs at once share a run id or a
 //! domain name). Afterwards no namespace, veth or qdisc remains.
-mod common;
+use crate::common;
 use common::running::{last_phase_is, Running};
 use common::*;
 use nix::sys::signal::Signal;

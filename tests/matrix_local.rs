@@ -1,5 +1,5 @@
 //! Issue 2's end-to-end cells: real libvirtd, QEMU under TCG, fio in the vmbench guest.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::results::Outcome;
 

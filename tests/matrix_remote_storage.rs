@@ -8,7 +8,7 @@
 //! libvirtd in its own mount namespace, is tests/host2*.rs.) Also: `vmbench cleanup` after a
 //! `kill -9` destroys the run's pool and its disk volume.
 
-mod common;
+use crate::common;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Issue 16's sweep dimensions on a real guest: fio's block size over a preset's, and QEMU's
 //! I/O thread and virtio queues on the disk under test.
-mod common;
+use crate::common;
 use common::*;
 
 /// The cell directory whose result.json is `cell_id`'s.

@@ -1,7 +1,7 @@
 //! Issue 5's workloads and measurements on real cells (libvirtd, QEMU under TCG, the vmbench
 //! guest): bonnie++, a user fio job file, the xfs layout, the host baseline, QMP block stats
 //! against fio's own counts, and the provenance of every passed result.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::results::{CellResult, Value};
 

@@ -1,7 +1,7 @@
 //! Issue 7 on a host without Xen: a real `--hypervisor qemu,xen` run completes the QEMU cells and
 //! reports the Xen cells as unsupported, with libvirt's own reason; impossible Xen combinations
 //! are skipped with theirs.
-mod common;
+use crate::common;
 use common::*;
 use vmbench::cell::Hypervisor;
 use vmbench::results::Outcome;

@@ -1,7 +1,7 @@
 //! Issue 6 through the CLI on two real runs: the history lists them, `report` renders every
 //! format, `compare` gives verdicts and JUnit, a run moves between databases by export/import,
 //! and `recommend` refuses to rank cells of one repeat.
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! Issue 15 items 1 and 2: the embedded servers let no other local user in. While a real cell
 //! runs, an unprivileged user (`nobody`) with real user-space clients (libnfs-utils, libiscsi's
 //! iscsi-inq) tries the doors; the cell still passes, and nothing of the servers is left.
-mod common;
+use crate::common;
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

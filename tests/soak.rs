@@ -6,7 +6,7 @@
 //!
 //! About 30 minutes here, so not part of CI's run: `scripts/soak` runs it (under the host lock)
 //! and prints the figures; docs/faults.md records them.
-mod common;
+use crate::common;
 use common::*;
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! run's disk directory removed through the images pool, and `vmbench cleanup`'s removal of a
 //! killed run's pools. The pool directories live in temporary directories under /var/tmp.
 
-mod common;
+use crate::common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use vmbench::cell::{Backend, Format};

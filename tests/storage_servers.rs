@@ -3,7 +3,7 @@
 //! cleans up through Drop guards (servers stop on drop, temp dirs are removed), and checks that
 //! no process, file or loop device it started is left.
 
-mod common;
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use vmbench::cell::{Backend, Format};

@@ -3,7 +3,7 @@
 //! real tgtd: the account exists for `tgtadm`, the real initiator (libiscsi's iscsi-inq) logs in
 //! with it and not with a wrong secret, tgtd's own refusals come back typed, and while the
 //! account is made no process's argv holds the secret.
-mod common;
+use crate::common;
 use common::argv::ArgvRecorder;
 use rand::distributions::{Alphanumeric, DistString};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! IOPS (`--iops-limit`): `vmbench trend --gate` exits 1 on the first capped night or the next,
 //! and the trend names the first capped night as the change point's start, with the cap as what
 //! changed in the system under test. Sized for CI: 4 s jobs, one repeat per night.
-mod common;
+use crate::common;
 use common::*;
 use std::process::{Command, Output};
 use std::time::Instant;

@@ -88,6 +88,38 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     Some(Welch { diff, se, df, p })
 }
 
+/// The ratio of `b` to `a` (geometric means) with its two-sided confidence interval, by Welch's
+/// t-test on the logarithms (the method of `compare`'s verdicts: benchmark figures change by
+/// factors, and their logarithms are close to normal).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RatioCi {
+    /// exp(mean ln b - mean ln a).
+    pub ratio: f64,
+    /// Lower bound of the interval.
+    pub lo: f64,
+    /// Upper bound of the interval.
+    pub hi: f64,
+    /// Welch-Satterthwaite degrees of freedom.
+    pub df: f64,
+}
+
+/// `b / a` with its `level` CI (e.g. 0.95); `None` when a side has fewer than two values or a
+/// value is not positive (no logarithm).
+pub fn ratio_ci(a: &[f64], b: &[f64], level: f64) -> Option<RatioCi> {
+    if !a.iter().chain(b).all(|x| x.is_finite() && *x > 0.0) {
+        return None;
+    }
+    let ln = |xs: &[f64]| xs.iter().map(|x| x.ln()).collect::<Vec<f64>>();
+    let w = welch(&ln(a), &ln(b))?;
+    let (lo, hi) = w.ci(level);
+    Some(RatioCi {
+        ratio: w.diff.exp(),
+        lo: lo.exp(),
+        hi: hi.exp(),
+        df: w.df,
+    })
+}
+
 /// P(|T| >= |t|) for Student's t with `df` degrees of freedom: I_{df/(df+t^2)}(df/2, 1/2).
 pub fn student_t_two_sided_p(t: f64, df: f64) -> f64 {
     if !t.is_finite() {
@@ -415,6 +447,21 @@ mod tests {
         );
         assert!(hi > 3.0 && lo > 0.0);
         assert!(welch(&[1.0], &[1.0, 2.0]).is_none());
+    }
+
+    #[test]
+    fn ratio_ci_is_welch_on_logs() {
+        // ln values 0, ln 2 twice around: b is exactly twice a, value by value.
+        let a = [1.0, 2.0, 4.0];
+        let b = [2.0, 4.0, 8.0];
+        let r = ratio_ci(&a, &b, 0.95).unwrap();
+        assert!((r.ratio - 2.0).abs() < 1e-12, "{r:?}");
+        let w = welch(&a.map(f64::ln), &b.map(f64::ln)).unwrap();
+        let (lo, hi) = w.ci(0.95);
+        assert!((r.lo - lo.exp()).abs() < 1e-12 && (r.hi - hi.exp()).abs() < 1e-12);
+        assert!(r.lo < 2.0 && r.hi > 2.0 && (r.lo * r.hi - 4.0).abs() < 1e-9);
+        assert!(ratio_ci(&[0.0, 1.0], &[1.0, 2.0], 0.95).is_none());
+        assert!(ratio_ci(&[1.0], &[1.0, 2.0], 0.95).is_none());
     }
 
     #[test]

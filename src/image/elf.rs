@@ -86,6 +86,31 @@ pub fn section<'a>(b: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, BadElf> 
     Ok(None)
 }
 
+/// Xen's ELF note type for a 32-bit physical entry point: a kernel that has it boots through
+/// PVH, which QEMU's `-kernel` uses for an ELF file (no firmware real-mode path, no
+/// decompression).
+const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
+
+/// True when the ELF file's `.notes` section has a Xen PVH entry note.
+pub fn has_pvh_entry(b: &[u8]) -> Result<bool, BadElf> {
+    let Some(notes) = section(b, ".notes")? else {
+        return Ok(false);
+    };
+    let mut o = 0usize;
+    while o + 12 <= notes.len() {
+        let namesz = u32_at(notes, o)? as usize;
+        let descsz = u32_at(notes, o + 4)? as usize;
+        let kind = u32_at(notes, o + 8)?;
+        let name_end = o + 12 + namesz;
+        let name = notes.get(o + 12..name_end).ok_or(BadElf("bad note"))?;
+        if kind == XEN_ELFNOTE_PHYS32_ENTRY && name.starts_with(b"Xen") {
+            return Ok(true);
+        }
+        o = name_end.next_multiple_of(4) + descsz.next_multiple_of(4);
+    }
+    Ok(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

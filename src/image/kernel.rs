@@ -175,6 +175,45 @@ pub fn read_module(path: &Path) -> Result<Vec<u8>, ImageError> {
     std::fs::read(path).map_err(|e| ImageError::io(path, e))
 }
 
+/// The compressed kernel inside a bzImage (boot protocol >= 2.08: `payload_offset` and
+/// `payload_length`, from the start of the protected-mode code).
+pub fn bzimage_payload(bz: &[u8]) -> Option<&[u8]> {
+    let u16_at = |o: usize| bz.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u32_at = |o: usize| {
+        bz.get(o..o + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize)
+    };
+    if bz.get(0x202..0x206)? != b"HdrS" || u16_at(0x206)? < 0x208 {
+        return None;
+    }
+    let setup_sects = match *bz.get(0x1F1)? {
+        0 => 4,
+        n => n as usize,
+    };
+    let start = (setup_sects + 1) * 512 + u32_at(0x248)?;
+    bz.get(start..start.checked_add(u32_at(0x24C)?)?)
+}
+
+/// The uncompressed kernel ELF of a bzImage when it can boot through PVH (QEMU then loads it
+/// directly: under TCG the firmware and the decompression took about 4 s of every boot), or
+/// `None` when the payload is not xz or the kernel has no PVH entry. `scratch` holds the
+/// payload while `xz` decompresses it.
+pub fn pvh_vmlinux(bz: &[u8], scratch: &Path) -> Result<Option<Vec<u8>>, ImageError> {
+    let Some(payload) = bzimage_payload(bz) else {
+        return Ok(None);
+    };
+    if !payload.starts_with(b"\xfd7zXZ\x00") {
+        return Ok(None);
+    }
+    let file = scratch.join("vmlinux.xz");
+    std::fs::write(&file, payload).map_err(|e| ImageError::io(&file, e))?;
+    // The kernel's build appends the uncompressed size after the xz stream.
+    let elf = super::run_bytes("xz", &["-dc", "--single-stream", &file.to_string_lossy()])?;
+    let _ = std::fs::remove_file(&file);
+    let pvh = super::elf::has_pvh_entry(&elf).map_err(|e| ImageError::Parse(e.to_string()))?;
+    Ok(pvh.then_some(elf))
+}
+
 /// The `depends=` list of a module's `.modinfo` section.
 pub fn modinfo_depends(module: &[u8]) -> Result<Vec<String>, ImageError> {
     let info = elf::section(module, ".modinfo")
@@ -266,6 +305,23 @@ pub fn load_order(
         visit(&mod_name(w), mods, builtin, &mut state, &mut out)?;
     }
     Ok(out)
+}
+
+/// Load orders for the modules loaded at boot and for those loaded on demand later: each list
+/// has every module after its dependencies, and the second leaves out what boot loaded.
+pub fn boot_and_on_demand_order(
+    boot: &[String],
+    on_demand: &[String],
+    mods: &BTreeMap<String, ModInfo>,
+    builtin: &BTreeSet<String>,
+) -> Result<(Vec<String>, Vec<String>), ImageError> {
+    let at_boot = load_order(boot, mods, builtin)?;
+    let every: Vec<String> = boot.iter().chain(on_demand).cloned().collect();
+    let later = load_order(&every, mods, builtin)?
+        .into_iter()
+        .filter(|m| !at_boot.contains(m))
+        .collect();
+    Ok((at_boot, later))
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use cpio::{Entry, Kind};
 
 /// Bumped whenever the builder's own output changes for the same inputs (the skeleton below,
 /// the layout): the id must change with it.
-const BUILDER_VERSION: &str = "2";
+const BUILDER_VERSION: &str = "3";
 /// zstd level for the initramfs (the kernel decompresses any level equally fast).
 const ZSTD_LEVEL: i32 = 19;
 
@@ -49,7 +49,7 @@ pub struct ImageInfo {
     pub id: String,
     /// The image directory, `cache_dir/<id>`.
     pub dir: PathBuf,
-    /// The kernel (`vmlinuz`).
+    /// The kernel the domain boots: `vmlinux` (uncompressed, PVH entry) or `vmlinuz`.
     pub kernel: PathBuf,
     /// The zstd initramfs (`initrd.zst`).
     pub initrd: PathBuf,
@@ -392,7 +392,7 @@ fn build_from(
     progress("assembling initramfs");
     let mut tree = Tree::default();
     tree.base(&inp.agent);
-    add_modules(&mut tree, &root, &rel, &inp.recipe.kernel.modules)?;
+    add_modules(&mut tree, &root, &rel, &inp.recipe.kernel)?;
     tree.file("usr/bin/fio", 0o755, read(&fio)?);
     add_binaries(&mut tree, &inp.recipe)?;
     let vjson =
@@ -402,12 +402,11 @@ fn build_from(
     mkdir(&out)?;
     let initrd = out.join("initrd.zst");
     write_initrd(&initrd, &tree.entries)?;
-    let vmlinuz = root.join("boot").join(format!("vmlinuz-{rel}"));
-    std::fs::copy(&vmlinuz, out.join("vmlinuz")).map_err(|e| ImageError::io(&vmlinuz, e))?;
+    let kernel_file = add_kernel(&root, &rel, &out, staging.path())?;
     let dir = cache.join(&inp.id);
     let info = ImageInfo {
         id: inp.id.clone(),
-        kernel: dir.join("vmlinuz"),
+        kernel: dir.join(kernel_file),
         initrd: dir.join("initrd.zst"),
         initrd_bytes: std::fs::metadata(&initrd)
             .map_err(|e| ImageError::io(&initrd, e))?
@@ -424,6 +423,28 @@ fn build_from(
         info.id, info.initrd_bytes
     ));
     Ok(info)
+}
+
+/// Puts the kernel into `out`: the uncompressed ELF (`vmlinux`) when it boots through PVH,
+/// else the package's bzImage (`vmlinuz`). Returns the file name the domain boots.
+fn add_kernel(
+    root: &Path,
+    rel: &str,
+    out: &Path,
+    scratch: &Path,
+) -> Result<&'static str, ImageError> {
+    let vmlinuz = root.join("boot").join(format!("vmlinuz-{rel}"));
+    let bz = read(&vmlinuz)?;
+    match kernel::pvh_vmlinux(&bz, scratch)? {
+        Some(elf) => {
+            write_file(&out.join("vmlinux"), &elf)?;
+            Ok("vmlinux")
+        }
+        None => {
+            write_file(&out.join("vmlinuz"), &bz)?;
+            Ok("vmlinuz")
+        }
+    }
 }
 
 fn mkdir(p: &Path) -> Result<(), ImageError> {
@@ -545,28 +566,39 @@ fn add_modules(
     tree: &mut Tree,
     root: &Path,
     rel: &str,
-    wanted: &[String],
+    kernel_recipe: &recipe::KernelRecipe,
 ) -> Result<(), ImageError> {
     let moddir = root.join("lib/modules").join(rel);
     let builtin_path = moddir.join("modules.builtin");
     let builtin = kernel::parse_builtin(
         &std::fs::read_to_string(&builtin_path).map_err(|e| ImageError::io(&builtin_path, e))?,
     );
-    let mods = kernel::collect(&moddir, wanted, &builtin)?;
-    let order = kernel::load_order(wanted, &mods, &builtin)?;
-    let mut order_text = String::new();
-    for m in &order {
-        // finit_module needs an uncompressed module here; store every one as plain .ko.
-        let plain = m.strip_suffix(".xz").unwrap_or(m);
+    let (boot, later) = (&kernel_recipe.modules, &kernel_recipe.on_demand);
+    let every: Vec<String> = boot.iter().chain(later).cloned().collect();
+    let mods = kernel::collect(&moddir, &every, &builtin)?;
+    let (at_boot, on_demand) = kernel::boot_and_on_demand_order(boot, later, &mods, &builtin)?;
+    for (list, order) in [
+        ("modules.order", &at_boot),
+        ("modules.ondemand", &on_demand),
+    ] {
+        let mut order_text = String::new();
+        for m in order {
+            // finit_module needs an uncompressed module here; store every one as plain .ko.
+            let plain = m.strip_suffix(".xz").unwrap_or(m);
+            tree.file(
+                &format!("usr/lib/modules/{rel}/{plain}"),
+                0o644,
+                kernel::read_module(&moddir.join(m))?,
+            );
+            order_text.push_str(plain);
+            order_text.push('\n');
+        }
         tree.file(
-            &format!("usr/lib/modules/{rel}/{plain}"),
+            &format!("etc/vmbench/{list}"),
             0o644,
-            kernel::read_module(&moddir.join(m))?,
+            order_text.into_bytes(),
         );
-        order_text.push_str(plain);
-        order_text.push('\n');
     }
-    tree.file("etc/vmbench/modules.order", 0o644, order_text.into_bytes());
     tree.file(
         &format!("usr/lib/modules/{rel}/modules.dep"),
         0o644,

@@ -14,6 +14,7 @@ pub mod html;
 pub mod latency_split;
 pub mod openmetrics;
 pub mod seed;
+pub mod seed_origin;
 pub mod summary;
 pub mod sweep;
 

@@ -1,19 +1,29 @@
 //! `vmbench report RUN --against-seed NAME`: a write-up's published table beside the measured
-//! one, in the write-up's own layout, and the write-up's conclusions checked on the measured
-//! numbers as ratios and orderings.
+//! one, and the write-up's conclusions judged on the run, honestly.
 //!
-//! The published figures are data (`seeds/NAME.toml`, transcribed from the write-ups); they are
-//! shown for shape only. Absolute numbers are never compared: the hardware differs. A conclusion
-//! is checked only on the measured means, and says "not measured here" when a system it names
-//! has no passed cell in the run.
+//! The published figures are data (`seeds/NAME.toml`, every published row transcribed from the
+//! write-up); they are shown for shape only, absolute numbers are never compared (the hardware
+//! differs). A conclusion is judged only when:
+//! - the run came from the write-up's preset (`seed_origin`; else refused, exit 2, unless
+//!   `--force`);
+//! - each side has at least 3 passed repeats (else `inconclusive (n = K < 3)`);
+//! - the two cells are like for like: they agree on every dimension except those the two
+//!   systems' rules set to different values (a link applies to nfs and iscsi cells only). Each
+//!   such pair is its own conclusion: nothing is pooled across links, formats or layouts.
+//!
+//! Our ratio a/b is the ratio of geometric means over the repeats with its 95% CI (Welch's t on
+//! ln values, `compare::stats::ratio_ci`), printed beside the write-up's own ratio: `holds` when
+//! the CI supports the finding, `does not hold` when it excludes it, `inconclusive` otherwise.
 
-use crate::cell::Cell;
+use crate::cell::{Backend, Cell, Hypervisor};
+use crate::compare::stats::{ratio_ci, RatioCi};
 use crate::results::{CellResult, Outcome, RunRecord};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use summary::stats;
 
+use super::seed_origin::{self, Origin};
 use super::summary;
 
 /// The seed tables shipped with vmbench, by name.
@@ -31,6 +41,9 @@ const SEED_TABLES: &[(&str, &str)] = &[
         include_str!("../../seeds/lvm-vs-partition.toml"),
     ),
 ];
+
+/// Fewest passed repeats a side for a judged conclusion.
+pub const MIN_REPEATS: usize = 3;
 
 /// Why a seed report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +64,21 @@ pub enum SeedError {
         /// The parse error.
         #[source]
         source: toml::de::Error,
+    },
+    /// The run was not made by the seed's preset, and `--force` was not given (exit 2).
+    #[error(
+        "run {run_id} was not made by preset {seed}, so the write-up's conclusions are not judged \
+         on it:\n{why}\nRun `vmbench matrix --preset {seed}` (then `vmbench report last \
+         --against-seed {seed}`), or add --force to judge this run anyway (the report then says \
+         what differs)"
+    )]
+    NotFromPreset {
+        /// The seed (and preset) name.
+        seed: String,
+        /// The run.
+        run_id: String,
+        /// The differing parameters, one per line, or why the origin is unknown.
+        why: String,
     },
 }
 
@@ -76,6 +104,33 @@ pub struct SeedMetric {
     pub unit: String,
 }
 
+/// A published figure: a number in the metric's unit, or the write-up's own text where it has
+/// no number (bonnie++'s `+++++`, "about 1.5 GB").
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Figure {
+    /// A number.
+    Number(f64),
+    /// Text as published.
+    Text(String),
+}
+
+impl Figure {
+    fn number(&self) -> Option<f64> {
+        match self {
+            Figure::Number(v) => Some(*v),
+            Figure::Text(_) => None,
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            // As published: 706.3 stays 706.3, 36450 stays 36450.
+            Figure::Number(v) => format!("{v}"),
+            Figure::Text(t) => t.clone(),
+        }
+    }
+}
+
 /// A rule matching measured cells: dimension = value pairs, plus a note shown on every row it
 /// matched (e.g. "kvm cannot boot the guest here: run on qemu/TCG").
 #[derive(Debug, Clone, Deserialize)]
@@ -88,7 +143,7 @@ pub struct CellRule {
     pub dims: BTreeMap<String, String>,
 }
 
-/// One system of the write-up.
+/// One system (a row or column) of the write-up.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SeedSystem {
@@ -102,15 +157,20 @@ pub struct SeedSystem {
     /// Why vmbench cannot measure it (then `cells` is empty).
     #[serde(default)]
     pub not_measured: Option<String>,
+    /// This row is a further published run of that system (the write-up's "-2nd", "-3rd"): its
+    /// figures join the system's in the published ratio; it has no cells of its own.
+    #[serde(default)]
+    pub repeat_of: Option<String>,
     /// The published figures by metric key.
-    pub figures: BTreeMap<String, f64>,
+    pub figures: BTreeMap<String, Figure>,
 }
 
-/// A checkable claim of the write-up.
+/// A checkable claim of the write-up: always system `a` against system `b` on one metric.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Check {
-    /// mean(a) / mean(b) >= min.
+    /// The write-up's magnitude: a/b is the published ratio (from its figures), within
+    /// `about_pct` either way (log-symmetric) when the write-up says "about".
     Ratio {
         /// Metric key.
         metric: String,
@@ -118,10 +178,20 @@ pub enum Check {
         a: String,
         /// Denominator system.
         b: String,
-        /// Smallest ratio for "holds".
-        min: f64,
+        /// "About": the published ratio times or divided by (1 + about_pct/100). Default 0.
+        #[serde(default)]
+        about_pct: f64,
     },
-    /// |mean(a) / mean(b) - 1| <= pct / 100.
+    /// A direction only: a is above b (a/b > 1).
+    Higher {
+        /// Metric key.
+        metric: String,
+        /// The system claimed higher.
+        a: String,
+        /// The other.
+        b: String,
+    },
+    /// No difference beyond `pct`: a/b within 1 ± pct/100.
     Within {
         /// Metric key.
         metric: String,
@@ -132,15 +202,17 @@ pub enum Check {
         /// Tolerance in percent.
         pct: f64,
     },
-    /// mean(a) is larger than every other system's that was measured (all must be).
-    Highest {
-        /// Metric key.
-        metric: String,
-        /// The system claimed highest.
-        a: String,
-        /// The others.
-        others: Vec<String>,
-    },
+}
+
+impl Check {
+    /// (metric, a, b).
+    pub fn parts(&self) -> (&str, &str, &str) {
+        match self {
+            Check::Ratio { metric, a, b, .. }
+            | Check::Higher { metric, a, b }
+            | Check::Within { metric, a, b, .. } => (metric, a, b),
+        }
+    }
 }
 
 /// A conclusion and its check.
@@ -173,6 +245,25 @@ pub struct SeedTable {
     pub conclusions: Vec<Conclusion>,
 }
 
+impl SeedTable {
+    /// Published numbers of a system and of its further runs (`repeat_of`).
+    fn published(&self, system: &str, metric: &str) -> Vec<f64> {
+        self.systems
+            .iter()
+            .filter(|s| s.label == system || s.repeat_of.as_deref() == Some(system))
+            .filter_map(|s| s.figures.get(metric).and_then(Figure::number))
+            .collect()
+    }
+
+    /// The write-up's own a/b (means over its published runs), and how many runs each side.
+    pub fn published_ratio(&self, c: &Check) -> Option<(f64, usize, usize)> {
+        let (metric, a, b) = c.parts();
+        let (pa, pb) = (self.published(a, metric), self.published(b, metric));
+        let (ma, mb) = (stats(&pa)?.mean, stats(&pb)?.mean);
+        (mb != 0.0).then(|| (ma / mb, pa.len(), pb.len()))
+    }
+}
+
 /// The seed table with this name.
 pub fn seed_table(name: &str) -> Result<SeedTable, SeedError> {
     let (n, text) = SEED_TABLES
@@ -191,131 +282,341 @@ pub fn seed_table(name: &str) -> Result<SeedTable, SeedError> {
 /// What a check found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// The measured shape agrees.
-    Holds(String),
-    /// It does not.
-    DoesNotHold(String),
-    /// A system it needs was not measured in this run.
-    NotMeasured(String),
+    /// The CI supports the finding.
+    Holds,
+    /// The CI excludes it.
+    DoesNotHold,
+    /// Neither, with the reason (too few repeats, a CI too wide, no logarithm).
+    Inconclusive(String),
+    /// A system it needs has no passed cell, or no like-for-like pair exists.
+    NotMeasured,
 }
 
-impl Verdict {
-    fn word(&self) -> &'static str {
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Verdict::Holds(_) => "holds",
-            Verdict::DoesNotHold(_) => "does not hold",
-            Verdict::NotMeasured(_) => "not measured here",
-        }
-    }
-    fn why(&self) -> &str {
-        match self {
-            Verdict::Holds(w) | Verdict::DoesNotHold(w) | Verdict::NotMeasured(w) => w,
+            Verdict::Holds => f.write_str("holds"),
+            Verdict::DoesNotHold => f.write_str("does not hold"),
+            Verdict::Inconclusive(why) if why.starts_with("n = ") => {
+                write!(f, "inconclusive ({why})")
+            }
+            Verdict::Inconclusive(_) => f.write_str("inconclusive"),
+            Verdict::NotMeasured => f.write_str("not measured here"),
         }
     }
 }
 
-/// One system's measured cells: (cell, passed results, note).
+/// One measured cell of a system: its passed repeats and the note of the rule that matched.
+struct Row<'a> {
+    cell: Cell,
+    results: Vec<&'a CellResult>,
+    note: Option<String>,
+}
+
+/// A system's measured cells and the rule that found them.
 struct Measured<'a> {
-    rows: Vec<(Cell, Vec<&'a CellResult>, Option<String>)>,
-}
-
-impl Measured<'_> {
-    /// Mean and n over every passed repeat of every matched cell.
-    fn stats(&self, key: &str) -> Option<summary::Stats> {
-        let v: Vec<f64> = self
-            .rows
-            .iter()
-            .flat_map(|(_, rs, _)| rs.iter())
-            .filter_map(|r| r.metric(key).and_then(|m| m.value.number()))
-            .collect();
-        stats(&v)
-    }
+    rule: Option<&'a CellRule>,
+    rows: Vec<Row<'a>>,
 }
 
 /// The cells of `run` a system maps to: the first alternative with passed cells.
-fn measure<'a>(sys: &SeedSystem, run: &'a RunRecord) -> Measured<'a> {
+fn measure<'a>(sys: &'a SeedSystem, run: &'a RunRecord) -> Measured<'a> {
     for alt in &sys.cells {
-        let mut rows: Vec<(Cell, Vec<&CellResult>, Option<String>)> = Vec::new();
+        let mut rows: Vec<Row<'a>> = Vec::new();
         for r in run.cells.iter().filter(|r| r.outcome == Outcome::Passed) {
             if !crate::matrix::rule_matches(&alt.dims, &r.cell) {
                 continue;
             }
-            match rows.iter_mut().find(|(c, _, _)| c == &r.cell) {
-                Some(row) => row.1.push(r),
-                None => rows.push((r.cell.clone(), vec![r], alt.note.clone())),
+            match rows.iter_mut().find(|row| row.cell == r.cell) {
+                Some(row) => row.results.push(r),
+                None => rows.push(Row {
+                    cell: r.cell.clone(),
+                    results: vec![r],
+                    note: alt.note.clone(),
+                }),
             }
         }
         if !rows.is_empty() {
-            return Measured { rows };
+            return Measured {
+                rule: Some(alt),
+                rows,
+            };
         }
     }
-    Measured { rows: vec![] }
-}
-
-/// Checks one claim on the measured means.
-fn check(c: &Check, measured: &BTreeMap<&str, Measured<'_>>) -> Verdict {
-    let mean = |sys: &str, key: &str| measured.get(sys).and_then(|m| m.stats(key)).map(|s| s.mean);
-    let missing = |sys: &str| Verdict::NotMeasured(format!("no passed cell for '{sys}'"));
-    match c {
-        Check::Ratio { metric, a, b, min } => {
-            let (Some(x), Some(y)) = (mean(a, metric), mean(b, metric)) else {
-                return missing(if mean(a, metric).is_none() { a } else { b });
-            };
-            let ratio = if y == 0.0 { f64::INFINITY } else { x / y };
-            let why = format!("{metric}: {a} / {b} = {ratio:.2} (holds at >= {min})");
-            if ratio >= *min {
-                Verdict::Holds(why)
-            } else {
-                Verdict::DoesNotHold(why)
-            }
-        }
-        Check::Within { metric, a, b, pct } => {
-            let (Some(x), Some(y)) = (mean(a, metric), mean(b, metric)) else {
-                return missing(if mean(a, metric).is_none() { a } else { b });
-            };
-            let diff = if y == 0.0 {
-                f64::INFINITY
-            } else {
-                (x / y - 1.0) * 100.0
-            };
-            let why = format!("{metric}: {a} vs {b} {diff:+.1}% (holds within ±{pct}%)");
-            if diff.abs() <= *pct {
-                Verdict::Holds(why)
-            } else {
-                Verdict::DoesNotHold(why)
-            }
-        }
-        Check::Highest { metric, a, others } => {
-            let Some(x) = mean(a, metric) else {
-                return missing(a);
-            };
-            let mut beaten_by = Vec::new();
-            for o in others {
-                match mean(o, metric) {
-                    None => return missing(o),
-                    Some(y) if y >= x => beaten_by.push(format!("{o} ({y:.0})")),
-                    Some(_) => {}
-                }
-            }
-            if beaten_by.is_empty() {
-                Verdict::Holds(format!("{metric}: {a} = {x:.0}, above every other"))
-            } else {
-                Verdict::DoesNotHold(format!(
-                    "{metric}: {a} = {x:.0}, not above {}",
-                    beaten_by.join(", ")
-                ))
-            }
-        }
+    Measured {
+        rule: None,
+        rows: vec![],
     }
 }
 
-fn fmt_stats(s: Option<summary::Stats>) -> String {
-    match s {
-        None => "-".into(),
-        Some(s) => match s.stddev {
-            Some(sd) => format!("{} ± {} (n={})", fmt_num(s.mean), fmt_num(sd), s.n),
-            None => format!("{} (n=1)", fmt_num(s.mean)),
-        },
+/// The numbers of a metric over the repeats (bonnie++'s `+++++` has none).
+fn values(results: &[&CellResult], key: &str) -> Vec<f64> {
+    results
+        .iter()
+        .filter_map(|r| r.metric(key).and_then(|m| m.value.number()))
+        .collect()
+}
+
+/// The dimensions the two systems are told apart by: set by both rules to different values.
+fn contrast(a: &CellRule, b: &CellRule) -> BTreeSet<String> {
+    a.dims
+        .iter()
+        .filter(|(k, v)| b.dims.get(*k).is_some_and(|w| w.trim() != v.trim()))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Like for like: equal in every dimension but the contrast. An empty value (xen_mode of a KVM
+/// cell) does not apply; a link applies only when both disks are reached over the network.
+fn like_for_like(x: &Cell, y: &Cell, contrast: &BTreeSet<String>) -> bool {
+    let networked = |c: &Cell| matches!(c.backend, Backend::Nfs | Backend::Iscsi);
+    x.dimensions()
+        .into_iter()
+        .zip(y.dimensions())
+        .all(|((k, v), (_, w))| {
+            contrast.contains(k)
+                || v.is_empty()
+                || w.is_empty()
+                || (k == "link" && !(networked(x) && networked(y)))
+                || v == w
+        })
+}
+
+/// One judged pair of cells.
+struct Judged {
+    verdict: Verdict,
+    /// "A-cell vs B-cell", or what is missing.
+    pair: String,
+    detail: String,
+}
+
+/// Judges one claim on the numbers of one like-for-like pair (a's and b's repeats).
+fn judge(check: &Check, published: Option<f64>, xa: &[f64], xb: &[f64]) -> (Verdict, String) {
+    let pubs = published.map_or_else(
+        || "the write-up has no figure for it".to_string(),
+        |p| format!("published {p:.2}x"),
+    );
+    let n = xa.len().min(xb.len());
+    if n < MIN_REPEATS {
+        let ours = match (stats(xa), stats(xb)) {
+            (Some(a), Some(b)) if b.mean != 0.0 => format!("{:.2}x", a.mean / b.mean),
+            _ => "-".into(),
+        };
+        return (
+            Verdict::Inconclusive(format!("n = {n} < {MIN_REPEATS}")),
+            format!(
+                "ours {ours} (ratio of means; no CI below {MIN_REPEATS} repeats a side) vs \
+                 {pubs}; n = {} + {}",
+                xa.len(),
+                xb.len()
+            ),
+        );
+    }
+    let Some(ci) = ratio_ci(xb, xa, 0.95) else {
+        return (
+            Verdict::Inconclusive("a value is 0".into()),
+            format!(
+                "a repeat measured 0 (or less): no ratio on logarithms; {pubs}; n = {} + {}",
+                xa.len(),
+                xb.len()
+            ),
+        );
+    };
+    let (verdict, test) = decide(check, published, &ci);
+    let detail = format!(
+        "ours {:.2}x (95% CI {:.2}-{:.2}) vs {pubs}; {test}; Welch's t on ln values, df {:.1}, \
+         n = {} + {}",
+        ci.ratio,
+        ci.lo,
+        ci.hi,
+        ci.df,
+        xa.len(),
+        xb.len()
+    );
+    (verdict, detail)
+}
+
+/// The verdict of a CI against a claim, and the rule applied in words.
+fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, String) {
+    let inside = |lo: f64, hi: f64| ci.lo >= lo && ci.hi <= hi;
+    let apart = |lo: f64, hi: f64| ci.hi < lo || ci.lo > hi;
+    match check {
+        Check::Ratio { about_pct, .. } => {
+            let Some(p) = published else {
+                return (
+                    Verdict::Inconclusive("no published ratio".into()),
+                    "no published ratio to check".into(),
+                );
+            };
+            let f = 1.0 + about_pct / 100.0;
+            let (lo, hi) = (p / f, p * f);
+            let band = if *about_pct > 0.0 {
+                format!("finding {lo:.2}-{hi:.2}x (about: ±{about_pct}%)")
+            } else {
+                format!("finding {p:.2}x")
+            };
+            let direction = if p > 1.0 {
+                ci.lo > 1.0
+            } else if p < 1.0 {
+                ci.hi < 1.0
+            } else {
+                true
+            };
+            if apart(lo, hi) {
+                let how = miss(p, (lo, hi), ci);
+                (
+                    Verdict::DoesNotHold,
+                    format!("{band}, CI excludes it ({how})"),
+                )
+            } else if direction {
+                (
+                    Verdict::Holds,
+                    format!("{band}, CI reaches it and excludes 1"),
+                )
+            } else {
+                (
+                    Verdict::Inconclusive("CI includes 1".into()),
+                    format!("{band}, CI includes it and also 1"),
+                )
+            }
+        }
+        Check::Higher { .. } => {
+            if ci.lo > 1.0 {
+                (Verdict::Holds, "finding a/b > 1, CI above 1".into())
+            } else if ci.hi < 1.0 {
+                (Verdict::DoesNotHold, "finding a/b > 1, CI below 1".into())
+            } else {
+                (
+                    Verdict::Inconclusive("CI includes 1".into()),
+                    "finding a/b > 1, CI includes 1".into(),
+                )
+            }
+        }
+        Check::Within { pct, .. } => {
+            let (lo, hi) = (1.0 - pct / 100.0, 1.0 + pct / 100.0);
+            let band = format!("finding {lo:.2}-{hi:.2}x (within ±{pct}%)");
+            if inside(lo, hi) {
+                (Verdict::Holds, format!("{band}, CI inside"))
+            } else if apart(lo, hi) {
+                (Verdict::DoesNotHold, format!("{band}, CI outside"))
+            } else {
+                (
+                    Verdict::Inconclusive("CI crosses the band".into()),
+                    format!("{band}, CI crosses its edge"),
+                )
+            }
+        }
+    }
+}
+
+/// How a CI that excludes the published band misses it.
+fn miss(p: f64, (lo, hi): (f64, f64), ci: &RatioCi) -> &'static str {
+    let up = p >= 1.0;
+    let toward_one = if up { ci.hi < lo } else { ci.lo > hi };
+    if !toward_one {
+        return "same direction, larger";
+    }
+    match (up, ci.lo > 1.0, ci.hi < 1.0) {
+        (true, true, _) | (false, _, true) => "same direction, smaller",
+        (true, _, true) | (false, true, _) => "opposite direction",
+        _ => "no difference shown",
+    }
+}
+
+/// Every like-for-like pair of a conclusion, judged; or one line saying what is missing.
+fn judge_conclusion(
+    seed: &SeedTable,
+    c: &Conclusion,
+    measured: &BTreeMap<&str, Measured<'_>>,
+) -> Vec<Judged> {
+    let (metric, a, b) = c.check.parts();
+    let published = seed.published_ratio(&c.check).map(|(r, _, _)| r);
+    let (ma, mb) = (&measured[a], &measured[b]);
+    let (Some(ra), Some(rb)) = (ma.rule, mb.rule) else {
+        let missing = if ma.rule.is_none() { a } else { b };
+        return vec![Judged {
+            verdict: Verdict::NotMeasured,
+            pair: format!("no passed cell for '{missing}'"),
+            detail: String::new(),
+        }];
+    };
+    let apart = contrast(ra, rb);
+    let mut out = Vec::new();
+    let mut paired_b = BTreeSet::new();
+    let mut unpaired = Vec::new();
+    for x in &ma.rows {
+        let partners: Vec<(usize, &Row<'_>)> = mb
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, y)| like_for_like(&x.cell, &y.cell, &apart))
+            .collect();
+        if partners.is_empty() {
+            unpaired.push(x.cell.label());
+        }
+        for (i, y) in partners {
+            paired_b.insert(i);
+            let (verdict, detail) = judge(
+                &c.check,
+                published,
+                &values(&x.results, metric),
+                &values(&y.results, metric),
+            );
+            out.push(Judged {
+                verdict,
+                pair: format!("{} vs {}", x.cell.label(), y.cell.label()),
+                detail,
+            });
+        }
+    }
+    unpaired.extend(
+        mb.rows
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !paired_b.contains(i))
+            .map(|(_, y)| y.cell.label()),
+    );
+    if out.is_empty() {
+        out.push(Judged {
+            verdict: Verdict::NotMeasured,
+            pair: format!("no like-for-like cells of '{a}' and '{b}'"),
+            detail: format!("cells differ beyond {apart:?}: {}", unpaired.join(", ")),
+        });
+    } else if !unpaired.is_empty() {
+        out.push(Judged {
+            verdict: Verdict::NotMeasured,
+            pair: "without a like-for-like partner, not compared".into(),
+            detail: unpaired.join(", "),
+        });
+    }
+    out
+}
+
+/// "mean ±sd%" of one metric over a row's repeats, "+++++" when bonnie++ was too fast every
+/// time, "not measured" without a value.
+fn fmt_measured(results: &[&CellResult], key: &str) -> String {
+    let v = values(results, key);
+    match stats(&v) {
+        None if results.iter().any(|r| {
+            r.metric(key)
+                .is_some_and(|m| m.value == crate::results::Value::TooFast)
+        }) =>
+        {
+            "+++++".into()
+        }
+        None => "not measured".into(),
+        Some(s) => {
+            let sd = s
+                .rel_sd_pct()
+                .map(|p| format!(" ±{p:.0}%"))
+                .unwrap_or_default();
+            let n = if s.n == results.len() {
+                String::new()
+            } else {
+                format!(" (n={})", s.n)
+            };
+            format!("{}{sd}{n}", fmt_num(s.mean))
+        }
     }
 }
 
@@ -337,29 +638,17 @@ fn table(rows: Vec<Vec<String>>) -> String {
     t.to_string()
 }
 
-/// The published table in the write-up's layout.
-fn published(seed: &SeedTable) -> String {
-    let fig = |s: &SeedSystem, k: &str| {
-        s.figures
-            .get(k)
-            .map_or_else(|| "not published".into(), |v| fmt_num(*v))
-    };
-    table(layout_rows(seed, &seed.systems, |s, m| fig(s, &m.key)))
-}
-
 /// Rows of a table of systems x metrics in the seed's layout.
 fn layout_rows<S>(
     seed: &SeedTable,
     systems: &[S],
+    label: impl Fn(&S) -> String,
     cell: impl Fn(&S, &SeedMetric) -> String,
-) -> Vec<Vec<String>>
-where
-    S: Labelled,
-{
+) -> Vec<Vec<String>> {
     match seed.layout {
         SeedLayout::MetricsAsRows => {
             let mut rows = vec![std::iter::once("Metric".to_string())
-                .chain(systems.iter().map(|s| s.label()))
+                .chain(systems.iter().map(&label))
                 .collect::<Vec<_>>()];
             for m in &seed.metrics {
                 rows.push(
@@ -375,12 +664,12 @@ where
                 .chain(
                     seed.metrics
                         .iter()
-                        .map(|m| format!("{} {}", m.label, m.unit)),
+                        .map(|m| format!("{} {}", m.label, m.unit).trim().to_string()),
                 )
                 .collect::<Vec<_>>()];
             for s in systems {
                 rows.push(
-                    std::iter::once(s.label())
+                    std::iter::once(label(s))
                         .chain(seed.metrics.iter().map(|m| cell(s, m)))
                         .collect(),
                 );
@@ -390,32 +679,126 @@ where
     }
 }
 
-/// Something with a row/column label.
-trait Labelled {
-    fn label(&self) -> String;
+/// The published table in the write-up's layout, every published row.
+fn published_table(seed: &SeedTable) -> String {
+    table(layout_rows(
+        seed,
+        &seed.systems,
+        |s| s.label.clone(),
+        |s, m| {
+            s.figures
+                .get(&m.key)
+                .map_or_else(|| "not published".into(), Figure::show)
+        },
+    ))
 }
 
-impl Labelled for SeedSystem {
-    fn label(&self) -> String {
-        self.label.clone()
-    }
-}
-
-/// One measured row: the system, the cell and the results.
+/// One row of the measured table: a measured cell, or a system with none.
 struct MeasuredRow<'a> {
     label: String,
-    results: Vec<&'a CellResult>,
+    results: Option<&'a [&'a CellResult]>,
 }
 
-impl Labelled for MeasuredRow<'_> {
-    fn label(&self) -> String {
-        self.label.clone()
+/// The measured table: a row per measured cell of every system, and a "(not measured)" row for
+/// each system without one (further published runs are the system's own repeats here). Rule
+/// notes are footnotes, so the label column stays narrow.
+fn measured_table(seed: &SeedTable, measured: &BTreeMap<&str, Measured<'_>>) -> String {
+    let mut rows = Vec::new();
+    let mut notes: Vec<&str> = Vec::new();
+    for s in seed.systems.iter().filter(|s| s.repeat_of.is_none()) {
+        let m = &measured[s.label.as_str()];
+        if m.rows.is_empty() {
+            rows.push(MeasuredRow {
+                label: format!("{} (not measured)", s.label),
+                results: None,
+            });
+        }
+        for r in &m.rows {
+            let mark = r.note.as_deref().map_or_else(String::new, |n| {
+                let i = notes.iter().position(|x| *x == n).unwrap_or_else(|| {
+                    notes.push(n);
+                    notes.len() - 1
+                });
+                format!(" [{}]", i + 1)
+            });
+            rows.push(MeasuredRow {
+                label: format!(
+                    "{} = {} (n={}){mark}",
+                    s.label,
+                    r.cell.label(),
+                    r.results.len()
+                ),
+                results: Some(&r.results),
+            });
+        }
     }
+    let mut out = table(layout_rows(
+        seed,
+        &rows,
+        |r| r.label.clone(),
+        |r, m| {
+            r.results
+                .map_or_else(|| "-".into(), |rs| fmt_measured(rs, &m.key))
+        },
+    ));
+    for (i, n) in notes.iter().enumerate() {
+        let _ = write!(out, "\n[{}] {n}", i + 1);
+    }
+    out
 }
 
-/// The whole seed report for a run.
-pub fn against(run: &RunRecord, name: &str) -> Result<String, SeedError> {
+/// The TCG banner: how many measured cells ran with an emulated CPU.
+fn tcg_banner(measured: &BTreeMap<&str, Measured<'_>>) -> Option<String> {
+    let cells: Vec<&Cell> = measured
+        .values()
+        .flat_map(|m| m.rows.iter().map(|r| &r.cell))
+        .collect();
+    let tcg = cells
+        .iter()
+        .filter(|c| c.hypervisor == Hypervisor::Qemu)
+        .count();
+    (tcg > 0).then(|| {
+        format!(
+            "NOTE: {tcg} of {} measured cells ran under TCG (hypervisor qemu: QEMU emulates the \
+             guest's CPU). A TCG guest is CPU-bound, which compresses the differences between \
+             storage paths: ratios lean toward 1, so a write-up's magnitude can fail here for that \
+             reason alone.",
+            cells.len()
+        )
+    })
+}
+
+/// The whole seed report for a run. `ran` is the configuration the run's recorded command gives
+/// (`cli::recorded_matrix_config`) or why there is none. Refused (exit 2) when the run was not
+/// made by the seed's preset, unless `force`.
+pub fn against(
+    run: &RunRecord,
+    ran: &Result<crate::matrix::config::MatrixConfig, String>,
+    name: &str,
+    force: bool,
+) -> Result<String, SeedError> {
     let seed = seed_table(name)?;
+    let origin = match crate::matrix::presets::seed_preset(&seed.name) {
+        Ok(p) => seed_origin::origin(ran, p),
+        Err(e) => Origin::Unknown(e),
+    };
+    let differs = match &origin {
+        Origin::Preset => None,
+        Origin::Differs(d) => Some(
+            d.iter()
+                .map(|d| format!("  {d}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Origin::Unknown(why) => Some(format!("  {why}")),
+    };
+    if let (Some(why), false) = (&differs, force) {
+        return Err(SeedError::NotFromPreset {
+            seed: seed.name.clone(),
+            run_id: run.run_id.clone(),
+            why: why.clone(),
+        });
+    }
     let measured: BTreeMap<&str, Measured<'_>> = seed
         .systems
         .iter()
@@ -424,60 +807,61 @@ pub fn against(run: &RunRecord, name: &str) -> Result<String, SeedError> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Seed: {} (transcribed from {})\nRun: {}\n\nPublished (the author's hardware; shown for \
-         shape, never compared as absolute numbers):\n{}\n",
-        seed.name,
-        seed.source,
-        run.run_id,
-        published(&seed)
+        "Seed: {} (transcribed from {})\nRun: {}",
+        seed.name, seed.source, run.run_id
     );
-    let mut rows = Vec::new();
-    for s in &seed.systems {
-        let m = &measured[s.label.as_str()];
-        for (cell, results, note) in &m.rows {
-            let note = note.as_ref().map(|n| format!(" [{n}]")).unwrap_or_default();
-            rows.push(MeasuredRow {
-                label: format!("{} = {}{note}", s.label, cell.label()),
-                results: results.clone(),
-            });
+    match &differs {
+        None => {
+            let _ = writeln!(out, "Made by preset {}: yes", seed.name);
+        }
+        Some(why) => {
+            let _ = writeln!(
+                out,
+                "WARNING: not made by preset {} (judged anyway: --force). It differs in:\n{why}",
+                seed.name
+            );
         }
     }
-    let _ = writeln!(out, "Measured in this run (mean ± sd over passed repeats):");
-    if rows.is_empty() {
-        let _ = writeln!(
-            out,
-            "(no passed cell of this run maps to the write-up's systems)\n"
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "{}\n",
-            table(layout_rows(&seed, &rows, |r, m| {
-                let v: Vec<f64> = r
-                    .results
-                    .iter()
-                    .filter_map(|c| c.metric(&m.key).and_then(|x| x.value.number()))
-                    .collect();
-                fmt_stats(stats(&v))
-            }))
-        );
+    if let Some(b) = tcg_banner(&measured) {
+        let _ = writeln!(out, "{b}");
     }
+    let _ = writeln!(
+        out,
+        "\nPublished (the author's hardware; shown for shape, never compared as absolute \
+         numbers):\n{}\n",
+        published_table(&seed)
+    );
+    let _ = writeln!(
+        out,
+        "Measured in this run (mean ±sd% over passed repeats; n per cell in its label):\n{}\n",
+        measured_table(&seed, &measured)
+    );
     let _ = writeln!(out, "Systems:");
     for s in &seed.systems {
-        let status = match (&s.not_measured, measured[s.label.as_str()].rows.is_empty()) {
-            (Some(why), _) => format!("not measured here: {why}"),
-            (None, true) => "not measured in this run".into(),
-            (None, false) => "measured".into(),
+        let status = match (&s.repeat_of, &s.not_measured) {
+            (Some(of), _) => format!("a further published run of {of}: here, its repeats"),
+            (None, Some(why)) => format!("not measured here: {why}"),
+            (None, None) if measured[s.label.as_str()].rows.is_empty() => {
+                "not measured in this run".into()
+            }
+            (None, None) => "measured".into(),
         };
         let _ = writeln!(out, "  {}: {} — {status}", s.label, s.maps_to);
     }
     let _ = writeln!(
         out,
-        "\nConclusions of the write-up, checked on the measured means:"
+        "\nConclusions of the write-up, judged per like-for-like pair of cells (nothing pooled): \
+         our ratio a/b of geometric means with its 95% CI (not adjusted for the number of \
+         checks) beside the write-up's; at least {MIN_REPEATS} passed repeats a side:"
     );
     for c in &seed.conclusions {
-        let v = check(&c.check, &measured);
-        let _ = writeln!(out, "  [{}] {} — {}", v.word(), c.text, v.why());
+        let _ = writeln!(out, "  {}", c.text);
+        for j in judge_conclusion(&seed, c, &measured) {
+            let _ = writeln!(out, "    [{}] {}", j.verdict, j.pair);
+            if !j.detail.is_empty() {
+                let _ = writeln!(out, "        {}", j.detail);
+            }
+        }
     }
     Ok(out)
 }
@@ -485,10 +869,64 @@ pub fn against(run: &RunRecord, name: &str) -> Result<String, SeedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cell::{Format, Link};
+
+    /// A real stored run: a run.json, or the run inside a `vmbench export` file.
+    fn real(text: &str) -> RunRecord {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        serde_json::from_value(v.get("run").cloned().unwrap_or(v)).unwrap()
+    }
 
     fn fixture_run() -> RunRecord {
-        let text = include_str!("../../tests/fixtures/run-qemu-local-pgrandrw-bonnie.json");
-        serde_json::from_str(text).unwrap()
+        real(include_str!(
+            "../../tests/fixtures/run-qemu-local-pgrandrw-bonnie.json"
+        ))
+    }
+
+    /// `against` with the configuration the run's recorded command gives.
+    fn against_(run: &RunRecord, name: &str, force: bool) -> Result<String, SeedError> {
+        against(
+            run,
+            &crate::cli::recorded_matrix_config(&run.command),
+            name,
+            force,
+        )
+    }
+
+    const LONGHORN_CMD: &[&str] = &[
+        "vmbench",
+        "matrix",
+        "--preset",
+        "longhorn-localpv-openebs",
+        "--block-device",
+        "/dev/loop0",
+        "--allow-destroy",
+    ];
+
+    /// Real local qcow2 and raw repeats as the Longhorn preset's systems (the figures are the
+    /// measured ones; only the labels move): qcow2 cells as Longhorn (iscsi), raw cells as Local
+    /// PV (block), both raw images, and the run's command the preset's.
+    fn as_longhorn(mut run: RunRecord) -> RunRecord {
+        for c in &mut run.cells {
+            c.cell.backend = if c.cell.format == Format::Qcow2 {
+                Backend::Iscsi
+            } else {
+                Backend::Block
+            };
+            c.cell.format = Format::Raw;
+        }
+        run.command = LONGHORN_CMD.iter().map(|s| s.to_string()).collect();
+        run
+    }
+
+    /// The verdict lines under the conclusion whose text starts with `text`.
+    fn verdicts<'a>(out: &'a str, text: &str) -> Vec<&'a str> {
+        out.lines()
+            .skip_while(|l| !l.trim_start().starts_with(text))
+            .skip(1)
+            .take_while(|l| l.starts_with("    "))
+            .filter(|l| l.trim_start().starts_with('['))
+            .collect()
     }
 
     #[test]
@@ -498,22 +936,28 @@ mod tests {
             assert_eq!(&t.name, name);
             let labels: Vec<&str> = t.systems.iter().map(|s| s.label.as_str()).collect();
             for c in &t.conclusions {
-                let named: Vec<&String> = match &c.check {
-                    Check::Ratio { a, b, .. } | Check::Within { a, b, .. } => vec![a, b],
-                    Check::Highest { a, others, .. } => {
-                        std::iter::once(a).chain(others.iter()).collect()
-                    }
-                };
-                for n in named {
-                    assert!(labels.contains(&n.as_str()), "{name}: '{n}' is no system");
+                let (metric, a, b) = c.check.parts();
+                for n in [a, b] {
+                    assert!(labels.contains(&n), "{name}: '{n}' is no system");
+                }
+                assert!(
+                    t.metrics.iter().any(|m| m.key == metric),
+                    "{name}: {metric}"
+                );
+                if let Check::Ratio { .. } = c.check {
+                    assert!(t.published_ratio(&c.check).is_some(), "{name}: {}", c.text);
                 }
             }
             for s in &t.systems {
-                assert!(
-                    s.cells.is_empty() == s.not_measured.is_some(),
-                    "{}",
-                    s.label
-                );
+                let kinds = [
+                    !s.cells.is_empty(),
+                    s.not_measured.is_some(),
+                    s.repeat_of.is_some(),
+                ];
+                assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{}", s.label);
+                if let Some(of) = &s.repeat_of {
+                    assert!(labels.contains(&of.as_str()), "{name}: {of}");
+                }
                 for k in s.figures.keys() {
                     assert!(t.metrics.iter().any(|m| &m.key == k), "{name}: {k}");
                 }
@@ -527,120 +971,325 @@ mod tests {
         for (name, _) in SEED_TABLES {
             let t = seed_table(name).unwrap();
             for c in &t.conclusions {
-                let (metric, names): (&String, Vec<&String>) = match &c.check {
-                    Check::Ratio { metric, a, b, .. } | Check::Within { metric, a, b, .. } => {
-                        (metric, vec![a, b])
-                    }
-                    Check::Highest {
-                        metric, a, others, ..
-                    } => (metric, std::iter::once(a).chain(others.iter()).collect()),
+                let Some((r, _, _)) = t.published_ratio(&c.check) else {
+                    continue; // the author did not measure it (KVM over iSCSI)
                 };
-                let fig = |n: &String| {
-                    t.systems
-                        .iter()
-                        .find(|s| &s.label == n)
-                        .and_then(|s| s.figures.get(metric))
-                        .copied()
+                let ok = match &c.check {
+                    Check::Ratio { .. } => true,
+                    Check::Higher { .. } => r > 1.0,
+                    Check::Within { pct, .. } => (r - 1.0).abs() * 100.0 <= *pct,
                 };
-                if names.iter().any(|n| fig(n).is_none()) {
-                    continue; // the author did not measure it (e.g. KVM over iSCSI)
-                }
-                let v = check_figures(&c.check, &fig);
-                assert!(v, "{name}: '{}' does not hold on its own figures", c.text);
+                assert!(
+                    ok,
+                    "{name}: '{}' does not hold on its own figures ({r})",
+                    c.text
+                );
             }
         }
-    }
-
-    fn check_figures(c: &Check, fig: &dyn Fn(&String) -> Option<f64>) -> bool {
-        let f = |n: &String| fig(n).unwrap();
-        match c {
-            Check::Ratio { a, b, min, .. } => f(a) / f(b) >= *min,
-            Check::Within { a, b, pct, .. } => ((f(a) / f(b) - 1.0) * 100.0).abs() <= *pct,
-            Check::Highest { a, others, .. } => others.iter().all(|o| f(o) < f(a)),
-        }
+        // The write-ups' magnitudes, computed from the transcribed figures.
+        let lvm = seed_table("lvm-vs-partition").unwrap();
+        let r = |t: &SeedTable, i: usize| t.published_ratio(&t.conclusions[i].check).unwrap().0;
+        assert_eq!(format!("{:.2} {:.2}", r(&lvm, 0), r(&lvm, 1)), "1.52 1.58");
+        let lh = seed_table("longhorn-localpv-openebs").unwrap();
+        assert_eq!(format!("{:.2}", r(&lh, 0)), "9.56");
+        // The three published 100 Mbit runs are one system's: 71711 / mean(10441, 10463, 10512).
+        let xen = seed_table("xen-kvm-nfs-iscsi-local").unwrap();
+        let last = xen.conclusions.len() - 1;
+        let (ratio, na, nb) = xen.published_ratio(&xen.conclusions[last].check).unwrap();
+        assert_eq!((na, nb), (1, 3));
+        assert!((ratio - 71711.0 / ((10441.0 + 10463.0 + 10512.0) / 3.0)).abs() < 1e-9);
     }
 
     #[test]
-    fn a_real_run_fills_the_openebs_column_and_leaves_the_rest_not_measured() {
-        let out = against(&fixture_run(), "longhorn-localpv-openebs").unwrap();
-        assert!(out.contains("OpenEBS PV = qemu/local/raw"), "{out}");
-        assert!(out.contains("(n=1)"), "{out}");
-        assert!(out.contains("7757"), "published figure missing:\n{out}");
+    fn every_published_row_is_carried_and_unmeasured_rows_say_so() {
+        let lvm = seed_table("lvm-vs-partition").unwrap();
+        let part = &lvm.systems[0].figures;
+        assert_eq!(part["lat_seq_out_block_us"], Figure::Number(1_955_000.0));
+        assert_eq!(part["seq_read_ps"], Figure::Text("+++++".into()));
+        assert_eq!(part["random_delete_ps"], Figure::Number(20320.0));
+        assert_eq!(
+            lvm.systems[1].figures["lat_random_delete_us"],
+            Figure::Number(189.0)
+        );
+        assert_eq!(lvm.metrics.len(), 38);
+        let xen = seed_table("xen-kvm-nfs-iscsi-local").unwrap();
+        let row = |l: &str| xen.systems.iter().find(|s| s.label == l).unwrap();
+        assert_eq!(
+            row("kvm-guest-nfs-qcow-100mb-2nd").figures["seq_out_block_kps"],
+            Figure::Number(2039.0)
+        );
+        assert_eq!(
+            row("kvm-guest-nfs-qcow-100mb-3rd").figures["random_seeks_ps"],
+            Figure::Number(706.3)
+        );
+        assert!(row("xenserver-nfsmount").not_measured.is_some());
+        assert_eq!(
+            row("kvmserver-nfs-1G").figures["file_size_mib"],
+            Figure::Number(20480.0)
+        );
+        let lh = seed_table("longhorn-localpv-openebs").unwrap();
         assert!(
-            out.contains("[not measured here] Local PV is about 10x Longhorn in read IOPS"),
+            matches!(&lh.systems[0].figures["storage_server_peak_rss_mib"], Figure::Text(t) if t.starts_with("about 1.5 GB"))
+        );
+
+        let out = against_(&fixture_run(), "xen-kvm-nfs-iscsi-local", true).unwrap();
+        for want in [
+            "kvm-guest-nfs-qcow-100mb-3rd",
+            "706.3",
+            "xenserver-nfsmount (not measured)",
+            "kvm-guest-nfs-qcow-100mb (not measured)",
+            "a further published run of kvm-guest-nfs-qcow-100mb",
+        ] {
+            assert!(out.contains(want), "{want}:\n{out}");
+        }
+        let out = against_(&fixture_run(), "longhorn-localpv-openebs", true).unwrap();
+        assert!(out.contains("about 1.5 GB"), "{out}");
+        assert!(out.contains("Local PV (not measured)"), "{out}");
+    }
+
+    #[test]
+    fn below_three_repeats_every_judged_pair_is_inconclusive() {
+        // 2 real repeats of each cell.
+        let run = as_longhorn(real(include_str!(
+            "../../tests/fixtures/run-local-qcow2-raw-x2.json"
+        )));
+        let out = against_(&run, "longhorn-localpv-openebs", false).unwrap();
+        let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
+        assert_eq!(v.len(), 1, "{out}");
+        assert!(
+            v[0].contains("[inconclusive (n = 2 < 3)] qemu/block/raw vs qemu/iscsi/raw"),
             "{out}"
         );
         assert!(
             !out.contains("[holds]") && !out.contains("[does not hold]"),
             "{out}"
         );
+        assert!(out.contains("no CI below 3 repeats a side"), "{out}");
     }
 
     #[test]
-    fn a_real_bonnie_run_maps_to_the_kvm_local_row_on_tcg_with_the_note() {
-        let out = against(&fixture_run(), "xen-kvm-nfs-iscsi-local").unwrap();
+    fn a_ci_that_excludes_the_published_ratio_does_not_hold_and_one_that_reaches_it_holds() {
+        // 5 real repeats a side of two local images: about 1x, nowhere near the published 9.56x.
+        let run = as_longhorn(real(include_str!(
+            "../../tests/fixtures/export-aa-rep5-a.json"
+        )));
+        let out = against_(&run, "longhorn-localpv-openebs", false).unwrap();
+        let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
+        assert_eq!(v.len(), 1, "{out}");
+        assert!(v[0].contains("[does not hold]"), "{out}");
+        let detail = out
+            .lines()
+            .skip_while(|l| !l.contains(v[0]))
+            .nth(1)
+            .unwrap();
         assert!(
-            out.contains("localdisk-on-nfs-server-cloudtest3 = qemu/local/raw/ext4 [kvm cannot boot the guest here: run on qemu/TCG]"),
+            detail.contains("published 9.56x") && detail.contains("n = 5 + 5"),
+            "{detail}"
+        );
+        assert!(
+            detail.contains("95% CI") && detail.contains("Welch's t on ln values"),
+            "{detail}"
+        );
+        assert!(
+            out.contains("Made by preset longhorn-localpv-openebs: yes"),
             "{out}"
         );
-        // The 100 Mbit system is measurable now (--link 100mbit), just not in this run.
-        assert!(out.contains("kvm-guest-nfs-qcow-100mb: kvm guest, qcow2 on nfs over a 100 Mbit link (--link 100mbit) — not measured in this run"), "{out}");
-        // The fixture's measured block write (K/sec) is in the measured table.
-        assert!(out.contains("26827 (n=1)"), "{out}");
         assert!(
-            out.contains("[not measured here] KVM over NFS beats Xen over NFS"),
+            out.contains("NOTE: 2 of 2 measured cells ran under TCG"),
             "{out}"
         );
-    }
 
-    #[test]
-    fn ratios_and_orderings_are_judged_on_measured_means() {
-        let run = fixture_run();
-        let mut two = run.clone();
-        // The same real cell as two systems: iscsi at a tenth of local's read IOPS.
-        let mut slow = run
+        // The same repeats with Longhorn's read IOPS at a tenth: the CI reaches 9.56x.
+        let mut tenth = run.clone();
+        for c in tenth
             .cells
-            .iter()
-            .find(|c| {
-                c.cell.backend == crate::cell::Backend::Local && c.cell.layout.as_str() == "raw"
-            })
-            .unwrap()
-            .clone();
-        slow.cell.backend = crate::cell::Backend::Iscsi;
-        for m in &mut slow.metrics {
-            if let crate::results::Value::Number(v) = &mut m.value {
-                if m.key == "read_iops" {
+            .iter_mut()
+            .filter(|c| c.cell.backend == Backend::Iscsi)
+        {
+            for m in c.metrics.iter_mut().filter(|m| m.key == "read_iops") {
+                if let crate::results::Value::Number(v) = &mut m.value {
                     *v /= 10.0;
                 }
             }
         }
-        two.cells.push(slow);
-        let seed = seed_table("longhorn-localpv-openebs").unwrap();
+        let out = against_(&tenth, "longhorn-localpv-openebs", false).unwrap();
+        let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
+        assert!(v[0].contains("[holds]"), "{out}");
+        // Write IOPS were not touched: still about 1x.
+        let v = verdicts(&out, "Local PV is about 10x Longhorn in write IOPS");
+        assert!(v[0].contains("[does not hold]"), "{out}");
+
+        // Not TCG: no banner.
+        let mut kvm = run.clone();
+        kvm.cells
+            .iter_mut()
+            .for_each(|c| c.cell.hypervisor = Hypervisor::Kvm);
+        let out = against_(&kvm, "longhorn-localpv-openebs", true).unwrap();
+        assert!(!out.contains("TCG"), "{out}");
+    }
+
+    #[test]
+    fn a_run_not_made_by_the_preset_is_refused_unless_forced() {
+        // The fixture's recorded command is a default matrix run (local raw, 10 s).
+        let e = against_(&fixture_run(), "lvm-vs-partition", false).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, SeedError::NotFromPreset { .. }), "{msg}");
+        assert!(
+            msg.contains("was not made by preset lvm-vs-partition"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("layout: run [\"raw\"], preset [\"part-ext4\",\"lvm-ext4\"]"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("runtime: run 10, preset 60") && msg.contains("--force"),
+            "{msg}"
+        );
+        let out = against_(&fixture_run(), "lvm-vs-partition", true).unwrap();
+        assert!(
+            out.contains("WARNING: not made by preset lvm-vs-partition (judged anyway: --force)"),
+            "{out}"
+        );
+        assert!(out.contains("runtime: run 10, preset 60"), "{out}");
+    }
+
+    #[test]
+    fn two_links_give_two_conclusions_never_one_pooled() {
+        let seed: SeedTable = toml::from_str(
+            r#"
+            name = "t"
+            source = "t"
+            layout = "metrics_as_rows"
+            metrics = [{ key = "read_iops", label = "Read IOPS", unit = "IOPS" }]
+            [[system]]
+            label = "local"
+            maps_to = "local"
+            cells = [{ backend = "local" }]
+            figures = { read_iops = 2 }
+            [[system]]
+            label = "iscsi"
+            maps_to = "iscsi, any link"
+            cells = [{ backend = "iscsi" }]
+            figures = { read_iops = 1 }
+            [[system]]
+            label = "nfs-1g"
+            maps_to = "nfs over 1 Gbit"
+            cells = [{ backend = "nfs", link = "1gbit" }]
+            figures = { read_iops = 1 }
+            [[conclusion]]
+            text = "local above iscsi"
+            check = { kind = "higher", metric = "read_iops", a = "local", b = "iscsi" }
+            [[conclusion]]
+            text = "iscsi above nfs"
+            check = { kind = "higher", metric = "read_iops", a = "iscsi", b = "nfs-1g" }
+            "#,
+        )
+        .unwrap();
+        // Real repeats: run a's raw cells stay local; run b's raw cells become iscsi over 1gbit,
+        // its qcow2 cells iscsi over 100mbit, and a's qcow2 cells nfs over 1gbit (all raw).
+        let a = real(include_str!("../../tests/fixtures/export-aa-rep5-a.json"));
+        let b = real(include_str!("../../tests/fixtures/export-aa-rep5-b.json"));
+        let mut run = a.clone();
+        run.cells.clear();
+        for c in a.cells.iter().chain(&b.cells) {
+            let mut c = c.clone();
+            let from_a = a.cells.iter().any(|x| x == &c);
+            let (backend, link) = match (from_a, c.cell.format) {
+                (true, Format::Raw) => (Backend::Local, "loopback"),
+                (true, Format::Qcow2) => (Backend::Nfs, "1gbit"),
+                (false, Format::Raw) => (Backend::Iscsi, "1gbit"),
+                (false, Format::Qcow2) => (Backend::Iscsi, "100mbit"),
+            };
+            c.cell.backend = backend;
+            c.cell.link = link.parse::<Link>().unwrap();
+            c.cell.format = Format::Raw;
+            run.cells.push(c);
+        }
         let measured: BTreeMap<&str, Measured<'_>> = seed
             .systems
             .iter()
-            .map(|s| (s.label.as_str(), measure(s, &two)))
+            .map(|s| (s.label.as_str(), measure(s, &run)))
             .collect();
-        let ratio = |min: f64| Check::Ratio {
-            metric: "read_iops".into(),
-            a: "OpenEBS PV".into(),
-            b: "Longhorn PV".into(),
-            min,
+        // Local has no link: it pairs with each iscsi link separately.
+        let j = judge_conclusion(&seed, &seed.conclusions[0], &measured);
+        let mut pairs: Vec<&str> = j.iter().map(|j| j.pair.as_str()).collect();
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            vec![
+                "qemu/local/raw vs qemu/iscsi/raw/100mbit",
+                "qemu/local/raw vs qemu/iscsi/raw/1gbit"
+            ]
+        );
+        assert!(
+            j.iter().all(|j| j.detail.contains("n = 5 + 5")),
+            "pooled: {:?}",
+            j.iter().map(|j| &j.detail).collect::<Vec<_>>()
+        );
+        // iscsi against nfs: only the 1 Gbit iscsi cell is like for like; 100 Mbit is named as
+        // not compared, not pooled in.
+        let j = judge_conclusion(&seed, &seed.conclusions[1], &measured);
+        assert_eq!(j.len(), 2);
+        assert_eq!(j[0].pair, "qemu/iscsi/raw/1gbit vs qemu/nfs/raw/1gbit");
+        assert!(j[0].detail.contains("n = 5 + 5"), "{}", j[0].detail);
+        assert_eq!(j[1].verdict, Verdict::NotMeasured);
+        assert_eq!(j[1].detail, "qemu/iscsi/raw/100mbit");
+    }
+
+    #[test]
+    fn verdict_rules_at_their_edges() {
+        let ci = |lo: f64, hi: f64| RatioCi {
+            ratio: (lo * hi).sqrt(),
+            lo,
+            hi,
+            df: 4.0,
         };
-        assert!(matches!(check(&ratio(5.0), &measured), Verdict::Holds(_)));
+        let ratio = |about_pct| Check::Ratio {
+            metric: "m".into(),
+            a: "a".into(),
+            b: "b".into(),
+            about_pct,
+        };
+        let v = |c: &Check, p: Option<f64>, lo, hi| decide(c, p, &ci(lo, hi)).0;
+        assert_eq!(v(&ratio(0.0), Some(1.52), 1.3, 1.6), Verdict::Holds);
+        assert_eq!(v(&ratio(0.0), Some(1.52), 1.1, 1.4), Verdict::DoesNotHold);
+        assert!(decide(&ratio(0.0), Some(1.52), &ci(1.1, 1.4))
+            .1
+            .contains("same direction, smaller"));
         assert!(matches!(
-            check(&ratio(20.0), &measured),
-            Verdict::DoesNotHold(_)
+            v(&ratio(0.0), Some(1.52), 0.9, 1.7),
+            Verdict::Inconclusive(_)
+        ));
+        // "About 10x" within 25%: 8.0 reaches 9.56 / 1.25 = 7.65.
+        assert_eq!(v(&ratio(25.0), Some(9.56), 7.0, 8.0), Verdict::Holds);
+        assert_eq!(v(&ratio(0.0), Some(9.56), 7.0, 8.0), Verdict::DoesNotHold);
+        // A published ratio below 1 (latency better on LVM).
+        assert_eq!(v(&ratio(0.0), Some(0.5), 0.4, 0.6), Verdict::Holds);
+        assert_eq!(v(&ratio(0.0), Some(0.5), 1.1, 1.3), Verdict::DoesNotHold);
+        let higher = Check::Higher {
+            metric: "m".into(),
+            a: "a".into(),
+            b: "b".into(),
+        };
+        assert_eq!(v(&higher, None, 1.01, 2.0), Verdict::Holds);
+        assert_eq!(v(&higher, None, 0.5, 0.99), Verdict::DoesNotHold);
+        assert!(matches!(
+            v(&higher, None, 0.9, 1.1),
+            Verdict::Inconclusive(_)
         ));
         let within = Check::Within {
-            metric: "read_iops".into(),
-            a: "Longhorn PV".into(),
-            b: "OpenEBS PV".into(),
+            metric: "m".into(),
+            a: "a".into(),
+            b: "b".into(),
             pct: 5.0,
         };
-        assert!(
-            matches!(check(&within, &measured), Verdict::DoesNotHold(w) if w.contains("-90.0%"))
-        );
+        assert_eq!(v(&within, Some(1.005), 0.97, 1.04), Verdict::Holds);
+        assert_eq!(v(&within, Some(1.005), 1.06, 1.2), Verdict::DoesNotHold);
+        assert!(matches!(
+            v(&within, Some(1.005), 0.9, 1.0),
+            Verdict::Inconclusive(_)
+        ));
     }
 
     #[test]

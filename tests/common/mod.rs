@@ -307,7 +307,12 @@ pub fn skip(reason: &str) {
         .ok()
         .or_else(|| current.name().map(str::to_owned))
         .unwrap_or_else(|| "unknown test".into());
-    let line = format!("skipped: {}::{test}: {reason}", test_binary());
+    // In the one test binary (tests/suite.rs) the name is already `FILE::TEST`.
+    let line = if test.contains("::") {
+        format!("skipped: {test}: {reason}")
+    } else {
+        format!("skipped: {}::{test}: {reason}", test_binary())
+    };
     eprintln!("{line}");
     if let Some(log) = std::env::var_os("VMBENCH_SKIP_LOG") {
         let mut f = std::fs::OpenOptions::new()

@@ -96,20 +96,33 @@ fn early_mounts() -> Result<(), String> {
 }
 
 fn load_modules() -> Result<(), String> {
-    let order = match std::fs::read_to_string("/etc/vmbench/modules.order") {
+    load_module_list("/etc/vmbench/modules.order")
+}
+
+/// Loads the modules listed (in order) in `list`; a missing list loads nothing.
+fn load_module_list(list: &str) -> Result<(), String> {
+    let order = match std::fs::read_to_string(list) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("reading /etc/vmbench/modules.order: {e}")),
+        Err(e) => return Err(format!("reading {list}: {e}")),
     };
     let base = Path::new("/lib/modules").join(sys::kernel_release());
     // A module that fails (hardware absent, CPU feature missing) is reported but not fatal:
-    // the port search that follows says whether the guest can still work.
+    // the port search (or the step) that follows says whether the guest can still work.
     for rel in logic::parse_modules_order(&order)? {
         if let Err(e) = sys::load_module(&base.join(&rel)) {
             log(&format!("warning: {e}"));
         }
     }
     Ok(())
+}
+
+/// Loads the filesystem, device-mapper and virtio-fs modules, once, before the first step that
+/// needs one (boots that only run fio on the raw disk never pay for them).
+fn load_on_demand_modules() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| load_module_list("/etc/vmbench/modules.ondemand"))
+        .clone()
 }
 
 fn build_hello() -> Hello {

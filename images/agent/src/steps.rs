@@ -91,6 +91,7 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &Disk, w: &Writer) -> Result<
         }
         Step::Mkfs { fs, volume } => {
             let disk = disk.as_deref().map_err(Clone::clone)?;
+            crate::load_on_demand_modules()?;
             let target = match volume {
                 Volume::Whole => disk.to_string(),
                 Volume::Partition => partition(disk)?,
@@ -125,7 +126,10 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &Disk, w: &Writer) -> Result<
                 .collect::<Result<Vec<_>, _>>()?;
             bonnie(job, &args, output_name, w)
         }
-        Step::MountVirtiofs { tag } => mount_virtiofs(tag),
+        Step::MountVirtiofs { tag } => {
+            crate::load_on_demand_modules()?;
+            mount_virtiofs(tag)
+        }
         Step::Sysrq { key } => {
             write_proc("/proc/sys/kernel/sysrq", "1")?;
             write_proc("/proc/sysrq-trigger", &key.to_string())?;
