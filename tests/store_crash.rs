@@ -114,7 +114,7 @@ fn kill_after(before_kill: usize, delay_us: u64) {
     let child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "writer_child_mode",
+            "store_crash::writer_child_mode",
             "--nocapture",
             "--test-threads=1",
         ])
