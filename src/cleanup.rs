@@ -179,10 +179,12 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         rep.lines
             .push(format!("server {comm} (pid {pid}, {})", servers.display()));
         if !dry {
+            // Read before the kill: a dead process has no command line left to read.
+            let tgtd_port = (comm == <Tgt as EmbeddedServer>::BINARY)
+                .then(|| pid_ctl_port(&cmdline(pid)))
+                .flatten();
             kill_and_wait(pid);
-            if comm == <Tgt as EmbeddedServer>::BINARY {
-                remove_tgtd_sockets(pid_ctl_port(&cmdline(pid)));
-            }
+            remove_tgtd_sockets(tgtd_port);
         }
     }
     // One tgt directory per link: `tgt` (loopback) and `tgt-<link>` for shaped ones; and the

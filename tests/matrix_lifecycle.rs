@@ -213,9 +213,29 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
         "the run's server namespace: {namespaces:?}"
     );
 
+    // The orphaned tgtd's control sockets (a SIGKILLed tgtd leaves them in /var/run/tgtd).
+    let sockets: Vec<String> = servers
+        .iter()
+        .filter(|(_, c)| c == "tgtd")
+        .filter_map(|(pid, _)| {
+            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = argv
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let port = args.get(args.iter().position(|a| a == "-C")? + 1)?.clone();
+            Some(format!("/var/run/tgtd/socket.{port}"))
+        })
+        .collect();
+    assert_eq!(sockets.len(), 1, "tgtd's -C port: {servers:?}");
+    assert!(std::path::Path::new(&sockets[0]).exists(), "{sockets:?}");
+
     let out = cleanup(&s);
     assert!(out.contains("removed domain vmbench-"), "{out}");
     assert!(out.contains("removed server tgtd"), "{out}");
+    for sock in [sockets[0].clone(), format!("{}.lock", sockets[0])] {
+        assert!(!std::path::Path::new(&sock).exists(), "{sock} left");
+    }
     assert!(
         out.contains(&format!("removed libvirt secret {usage}")),
         "{out}"
