@@ -14,7 +14,9 @@ fn main() {
         Ok(r) if !r.trim().is_empty() => r.trim().to_string(),
         _ => git_rev().unwrap_or_default(),
     };
-    println!("cargo:rustc-env=VMBENCH_GIT_REV={rev}");
+    // Only VMBENCH_VERSION goes out: nextest hands a build script's rustc-env to the tests it
+    // runs, so a VMBENCH_GIT_REV here would reach every cargo a test starts (scripts/build-deb)
+    // as the input above, changed, and rebuild vmbench there and again in the next plain build.
     let pkg = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let version = if rev.is_empty() {
         format!("{pkg} (no git commit recorded)")
