@@ -398,10 +398,11 @@ fn agent_finds_hvc_console_by_handshake() {
     eprintln!("hvc handshake: {line}");
 }
 
+/// The agent alone making XFS and running bonnie++: it refreshes the fixture
+/// tests/fixtures/bonnie-guest-xfs.csv. Not in the suite: its steps run end to end there
+/// (tests/matrix_workloads.rs: the xfs layout cell, and the bonnie++ cell on an LVM volume).
 #[test]
-// Also covered end to end by tests/matrix_workloads.rs (bonnie++ and xfs cells through vmbench);
-// this one checks the agent alone.
-#[ignore = "host: root qemu"]
+#[ignore = "fixture: VMBENCH_UPDATE_FIXTURES=1 refreshes tests/fixtures/bonnie-guest-xfs.csv; its Mkfs xfs and bonnie++ steps run in matrix_workloads' cells"]
 fn agent_makes_xfs_and_runs_bonnie() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();

@@ -57,37 +57,5 @@ fn fio_on_a_partition_and_on_an_lvm_volume_made_in_the_guest() {
     s.assert_no_leftovers();
 }
 
-/// The seed's experiment (bonnie++ on part-ext4 vs lvm-ext4) in one cell: bonnie++ on the LVM
-/// volume, in the smallest guest bonnie++ fits (-s is twice the RAM). The layout step is the
-/// same whatever the workload runs after it, and the fio test above mounts both layouts, so a
-/// second bonnie++ cell on the partition (~2 min under TCG) would prove nothing more.
-#[test]
-#[ignore = "host: root libvirtd qemu"]
-fn bonnie_on_an_lvm_volume() {
-    let s = Scratch::new();
-    let cells = cells_on(
-        &s,
-        &["lvm-ext4"],
-        "bonnie",
-        &[
-            "--memory",
-            "128",
-            "--disk-mib",
-            "512",
-            "--bonnie-files",
-            "1",
-        ],
-    );
-    let c = &cells[0];
-    assert!(passed(c), "{}: {:?}", c.cell_id, c.outcome);
-    assert_eq!(
-        mounted(c),
-        Some("/dev/mapper/vmbench-test"),
-        "{}: {:?}",
-        c.cell_id,
-        c.params
-    );
-    assert!(num(c, "seq_out_block_kps") > 0.0, "{}", c.cell_id);
-    assert!(num(c, "seq_in_block_kps") > 0.0, "{}", c.cell_id);
-    s.assert_no_leftovers();
-}
+// bonnie++ on the LVM volume (the seed's experiment) is tests/matrix_workloads.rs's bonnie cell:
+// one bonnie++ cell in the suite, since the layout step is the same whatever runs after it.

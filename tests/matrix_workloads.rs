@@ -95,9 +95,13 @@ fn matrix_sized(s: &Scratch, sizes: &[&str], args: &[&str]) -> std::process::Out
 fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
     let s = Scratch::new();
     // bonnie++ writes twice the guest RAM: the smallest guest (128 MiB) keeps -s at 256 MiB.
+    // On ext4 on an LVM volume made in the guest, the seed lvm-vs-partition's experiment: the
+    // one bonnie++ cell of the suite (tests/guest_layouts.rs mounts every layout with fio; the
+    // layout step does not depend on the workload after it). Without --layout bonnie++ gets ext4
+    // on the whole disk (matrix::tests::bonnie_gets_a_filesystem).
     let out = matrix_sized(
         &s,
-        &["--disk-mib", "64", "--memory", "128"],
+        &["--disk-mib", "512", "--memory", "128"],
         &[
             "--backend",
             "local",
@@ -105,6 +109,8 @@ fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
             "raw",
             "--workload",
             "bonnie",
+            "--layout",
+            "lvm-ext4",
             "--bonnie-files",
             "1",
         ],
@@ -113,10 +119,12 @@ fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
     let (_, rec) = s.run_record();
     let c = &rec.cells[0];
     assert!(passed(c), "{:?}", c.outcome);
+    assert_eq!(c.cell.layout, vmbench::cell::Layout::LvmExt4);
     assert_eq!(
-        c.cell.layout,
-        vmbench::cell::Layout::Ext4,
-        "bonnie++ measures a filesystem"
+        c.params.get("guest_mounted_device").map(String::as_str),
+        Some("/dev/mapper/vmbench-test"),
+        "bonnie++ ran on the LVM volume: {:?}",
+        c.params
     );
     assert_eq!(
         num(c, "file_size_mib"),
@@ -164,7 +172,7 @@ fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
         "Seq Output Per Chr",
         "Random Seeks",
         "Seq Create",
-        "qemu/local/raw/ext4",
+        "qemu/local/raw/lvm-ext4",
     ] {
         assert!(stdout.contains(head), "{head} missing from\n{stdout}");
     }
