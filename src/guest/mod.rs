@@ -61,16 +61,26 @@ pub struct JobLimits {
     pub max_artifacts: usize,
     /// Most messages of any kind (a flood fails the cell rather than keep it busy).
     pub max_messages: u64,
+    /// Most status and heartbeat messages per second, averaged over [`CHATTER_WINDOW`]: fio's
+    /// status line and the agent's heartbeat come about once a second each, so a guest far above
+    /// it is flooding, and is failed within seconds instead of after `max_messages`.
+    pub max_chatter_per_sec: u32,
 }
+
+/// The window [`JobLimits::max_chatter_per_sec`] is counted over.
+pub const CHATTER_WINDOW: Duration = Duration::from_secs(5);
 
 impl Default for JobLimits {
     fn default() -> Self {
         JobLimits {
             heartbeat_timeout: Duration::from_secs(15),
             total_timeout: Duration::from_secs(3600),
-            max_artifact_bytes: 256 << 20,
+            // An hour of fio's per-second logs is about 1 MiB; what a guest sends is held in
+            // memory until the job ends, and vmbench stays under 50 MB whatever it sends.
+            max_artifact_bytes: 16 << 20,
             max_artifacts: 64,
             max_messages: 2_000_000,
+            max_chatter_per_sec: 200,
         }
     }
 }
@@ -235,6 +245,8 @@ struct Accumulator<'l> {
     partial: BTreeMap<String, (u32, String)>,
     bytes: usize,
     messages: u64,
+    /// Status and heartbeat messages since the current rate window began, and when it began.
+    chatter: (Instant, u64),
 }
 
 impl<'l> Accumulator<'l> {
@@ -247,7 +259,27 @@ impl<'l> Accumulator<'l> {
             partial: BTreeMap::new(),
             bytes: 0,
             messages: 0,
+            chatter: (Instant::now(), 0),
         }
+    }
+
+    /// Counts one status or heartbeat message at `now` against the rate limit.
+    fn chatter(&mut self, now: Instant) -> Result<(), GuestError> {
+        let (start, n) = &mut self.chatter;
+        if now.saturating_duration_since(*start) >= CHATTER_WINDOW {
+            (*start, *n) = (now, 0);
+        }
+        *n += 1;
+        let limit = u64::from(self.limits.max_chatter_per_sec) * CHATTER_WINDOW.as_secs();
+        if *n > limit {
+            return Err(GuestError::Protocol(format!(
+                "message flood: more than {limit} status and heartbeat messages within {} s \
+                 (limit {}/s; fio and the agent send about 2/s)",
+                CHATTER_WINDOW.as_secs(),
+                self.limits.max_chatter_per_sec
+            )));
+        }
+        Ok(())
     }
 
     fn check_job(&self, job: u64) -> Result<(), GuestError> {
@@ -277,6 +309,19 @@ impl<'l> Accumulator<'l> {
         msg: GuestMsg,
         on_event: &mut impl FnMut(JobEvent<'_>),
     ) -> Result<Option<JobOutput>, GuestError> {
+        self.accept_at(msg, Instant::now(), on_event)
+    }
+
+    /// [`Self::accept`] at time `now` (the rate limit's clock).
+    fn accept_at(
+        &mut self,
+        msg: GuestMsg,
+        now: Instant,
+        on_event: &mut impl FnMut(JobEvent<'_>),
+    ) -> Result<Option<JobOutput>, GuestError> {
+        if matches!(msg, GuestMsg::Heartbeat { .. } | GuestMsg::Status { .. }) {
+            self.chatter(now)?;
+        }
         self.messages += 1;
         if self.messages > self.limits.max_messages {
             return Err(GuestError::Protocol(format!(
@@ -462,6 +507,63 @@ mod tests {
         assert!(out.ok);
         assert_eq!(out.artifacts["fio.json"], "{\"a\":1}");
         assert_eq!(statuses, 1);
+    }
+
+    #[test]
+    fn a_status_flood_fails_within_the_window_and_steady_chatter_never_does() {
+        let l = JobLimits::default();
+        let status = || GuestMsg::Status {
+            job: 7,
+            step: 0,
+            line: "Jobs: 1 (f=1): [m(1)][r=2000,w=750 IOPS][eta 00m:05s]".into(),
+        };
+        let t0 = Instant::now();
+        // An hour of the real rate (a status line and a heartbeat a second) passes.
+        let mut a = acc(&l);
+        let mut ev = |_: JobEvent<'_>| {};
+        for sec in 0..3600u64 {
+            let now = t0 + Duration::from_secs(sec);
+            a.accept_at(status(), now, &mut ev).unwrap();
+            a.accept_at(
+                GuestMsg::Heartbeat {
+                    job: Some(7),
+                    uptime_ms: sec * 1000,
+                },
+                now,
+                &mut ev,
+            )
+            .unwrap();
+        }
+        // A flood inside one window fails on the first message over the limit, not after
+        // max_messages.
+        let mut a = acc(&l);
+        let limit = u64::from(l.max_chatter_per_sec) * CHATTER_WINDOW.as_secs();
+        let mut n = 0u64;
+        let err = loop {
+            n += 1;
+            let now = t0 + Duration::from_micros(n);
+            if let Err(e) = a.accept_at(status(), now, &mut ev) {
+                break e;
+            }
+        };
+        assert_eq!(n, limit + 1);
+        assert!(err.to_string().contains("message flood"), "{err}");
+        // Heartbeats count too.
+        let mut a = acc(&l);
+        let beats = (0..=limit)
+            .map(|i| {
+                a.accept_at(
+                    GuestMsg::Heartbeat {
+                        job: Some(7),
+                        uptime_ms: i,
+                    },
+                    t0,
+                    &mut ev,
+                )
+            })
+            .filter(Result::is_err)
+            .count();
+        assert_eq!(beats, 1);
     }
 
     #[test]

@@ -16,7 +16,14 @@ pub enum FaultKind {
 }
 
 /// The agent's hostile modes (images/agent/src/hostile.rs).
-pub const HOSTILE_KINDS: &[&str] = &["oversized", "garbage", "wrong-job", "impossible", "stuck"];
+pub const HOSTILE_KINDS: &[&str] = &[
+    "oversized",
+    "garbage",
+    "wrong-job",
+    "impossible",
+    "stuck",
+    "flood",
+];
 
 /// One injected fault: what, and which cell run (its sequence number in the run, from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

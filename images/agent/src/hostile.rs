@@ -21,7 +21,14 @@ pub enum Kind {
     /// No answer at all while the heartbeat goes on: a guest alive but stuck (the host's
     /// progress watchdog must fail the cell long before the job's total limit).
     Stuck,
+    /// Valid status frames for the job, as fast as the port takes them, until the host gives
+    /// up (the host's rate limit must end it within seconds, its memory flat).
+    Flood,
 }
+
+/// A status line the host parses as live figures, as fio prints it.
+const FLOOD_LINE: &str =
+    "Jobs: 1 (f=1): [m(1)][50.0%][r=8000KiB/s,w=3000KiB/s][r=2000,w=750 IOPS][eta 00m:05s]";
 
 /// Parses the kernel command line's `vmbench.hostile` value.
 pub fn kind(value: &str) -> Option<Kind> {
@@ -31,6 +38,7 @@ pub fn kind(value: &str) -> Option<Kind> {
         "wrong-job" => Some(Kind::WrongJob),
         "impossible" => Some(Kind::Impossible),
         "stuck" => Some(Kind::Stuck),
+        "flood" => Some(Kind::Flood),
         _ => None,
     }
 }
@@ -39,6 +47,13 @@ pub fn kind(value: &str) -> Option<Kind> {
 pub fn answer(kind: Kind, job: &Job, w: &Writer) -> std::io::Result<()> {
     match kind {
         Kind::Stuck => Ok(()),
+        Kind::Flood => loop {
+            w.send(&GuestMsg::Status {
+                job: job.id,
+                step: 0,
+                line: FLOOD_LINE.into(),
+            })?;
+        },
         Kind::Oversized => w.raw(&vec![b'x'; MAX_FRAME + 4096]),
         Kind::Garbage => {
             w.raw(&[0xff, 0xfe, 0xfd, b'\n'])?;
