@@ -164,11 +164,9 @@ fn cleanup_after_kill_9_destroys_the_runs_pool_and_its_disk() {
         assert!(Instant::now() < deadline, "no pool with a disk appeared");
         std::thread::sleep(Duration::from_millis(20));
     };
-    // The disk file exists from the start of libvirt's volume build; killed mid-build, the
-    // pool still has the build job and cleanup's pool-destroy fails (seen in a fresh-clone CI
-    // run: cleanup exit 1). Give the build time to end, as before.
-    // TODO(issue 22): wait on the volume's build instead (vmbench cleanup should wait for it).
-    std::thread::sleep(Duration::from_millis(500));
+    // The disk file exists from the start of libvirt's volume build: killed now, the run may
+    // leave the build running in libvirtd, which refuses to destroy the pool until it ends;
+    // cleanup waits for it (it failed with exit 1 here when it did not).
     child.kill().unwrap();
     child.wait().unwrap();
     let disks: Vec<PathBuf> = files_in(&s.work().join(&run_id).join("local"))
@@ -184,7 +182,12 @@ fn cleanup_after_kill_9_destroys_the_runs_pool_and_its_disk() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         text.contains(&format!(
             "removed libvirt storage pool {pool} on qemu:///system"

@@ -192,14 +192,27 @@ impl Libvirt {
         Ok(out)
     }
 
-    /// Destroys (and undefines, if persistent) a domain by name.
+    /// Destroys (and undefines, if persistent) a domain by name. A domain that is gone by the
+    /// time it is looked up or destroyed counts as removed: a transient domain of a killed run
+    /// goes by itself when its QEMU ends, between `cleanup`'s listing and its destroy.
     pub fn remove_domain(&self, name: &str) -> Result<(), LibvirtError> {
-        let d = Domain::lookup_by_name(&self.conn, name).map_err(call_err("look up domain"))?;
+        let gone = |e: &virt::error::Error| e.code() == virt::error::ErrorNumber::NoDomain;
+        let d = match Domain::lookup_by_name(&self.conn, name) {
+            Ok(d) => d,
+            Err(e) if gone(&e) => return Ok(()),
+            Err(e) => return Err(call_err("look up domain")(e)),
+        };
         if d.is_active().unwrap_or(false) {
-            d.destroy().map_err(call_err(format!("destroy {name}")))?;
+            match d.destroy() {
+                Err(e) if gone(&e) => return Ok(()),
+                r => r.map_err(call_err(format!("destroy {name}")))?,
+            };
         }
         if d.is_persistent().unwrap_or(false) {
-            d.undefine().map_err(call_err(format!("undefine {name}")))?;
+            match d.undefine() {
+                Err(e) if gone(&e) => {}
+                r => r.map_err(call_err(format!("undefine {name}")))?,
+            };
         }
         Ok(())
     }

@@ -682,13 +682,13 @@ pub fn remove_leftover_pools(
             let vols = pool.list_all_volumes(0).unwrap_or_default();
             for v in vols {
                 if v.get_name().is_ok_and(|n| n.starts_with("vmbench-")) {
-                    let _ = v.delete(0);
+                    let _ = until_built(|| v.delete(0));
                 }
             }
             run_dirs.extend(target_path(&pool).filter(|d| is_run_dir(d, prefixes)));
         }
         if pool.is_active().unwrap_or(false) {
-            pool.destroy()
+            until_built(|| pool.destroy())
                 .map_err(call_err(uri, format!("destroy pool {name}")))?;
         }
         if pool.is_persistent().unwrap_or(false) {
@@ -701,6 +701,27 @@ pub fn remove_leftover_pools(
         out.push(remove_run_dir(uri, &dir, prefixes));
     }
     Ok(out)
+}
+
+/// How long cleanup waits for a volume build that a killed run left running in libvirtd.
+const BUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `op`, retried every 100 ms for up to [`BUILD_WAIT`] while it fails. A run killed during
+/// `vol-create` leaves the build running in libvirtd, which refuses to delete that volume or
+/// destroy its pool until the build ends by itself (seconds for a sparse disk); the last error
+/// is returned if it never succeeds.
+fn until_built<T>(
+    mut op: impl FnMut() -> Result<T, virt::error::Error>,
+) -> Result<T, virt::error::Error> {
+    let deadline = std::time::Instant::now() + BUILD_WAIT;
+    loop {
+        match op() {
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// The directory a pool is over, from its XML (`<target><path>`).
