@@ -181,7 +181,7 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         if !dry {
             // Read before the kill: a dead process has no command line left to read.
             let tgtd_port = (comm == <Tgt as EmbeddedServer>::BINARY)
-                .then(|| pid_ctl_port(&cmdline(pid)))
+                .then(|| tgtd_control_port(pid))
                 .flatten();
             kill_and_wait(pid);
             remove_tgtd_sockets(tgtd_port);
@@ -308,6 +308,12 @@ pub fn server_processes(servers_dir: &Path) -> Vec<(u32, String)> {
         }
     }
     out
+}
+
+/// The control port (`-C PORT`) of the running tgtd `pid`: its sockets are
+/// `/var/run/tgtd/socket.PORT` and `socket.PORT.lock`. `None` once it has exited.
+pub fn tgtd_control_port(pid: u32) -> Option<u16> {
+    pid_ctl_port(&cmdline(pid))
 }
 
 fn pid_ctl_port(args: &[String]) -> Option<u16> {

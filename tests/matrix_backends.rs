@@ -54,26 +54,18 @@ fn stray_tgtd_sockets(before: &std::collections::BTreeSet<String>) -> Vec<String
         .filter(|name| {
             let port = name
                 .strip_prefix("socket.")
-                .and_then(|r| r.split('.').next());
-            !port.is_some_and(|p| live.iter().any(|l| l == p))
+                .and_then(|r| r.split('.').next()?.parse::<u16>().ok());
+            !port.is_some_and(|p| live.contains(&p))
         })
         .cloned()
         .collect()
 }
 
 /// The `-C PORT` of every running tgtd.
-fn live_tgtd_control_ports() -> Vec<String> {
+fn live_tgtd_control_ports() -> Vec<u16> {
     pids_named("tgtd")
         .into_iter()
-        .filter_map(|pid| {
-            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args: Vec<String> = argv
-                .split(|&b| b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let i = args.iter().position(|a| a == "-C")?;
-            args.get(i + 1).cloned()
-        })
+        .filter_map(vmbench::cleanup::tgtd_control_port)
         .collect()
 }
 

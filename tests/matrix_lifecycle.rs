@@ -217,15 +217,8 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
     let sockets: Vec<String> = servers
         .iter()
         .filter(|(_, c)| c == "tgtd")
-        .filter_map(|(pid, _)| {
-            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args: Vec<String> = argv
-                .split(|&b| b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let port = args.get(args.iter().position(|a| a == "-C")? + 1)?.clone();
-            Some(format!("/var/run/tgtd/socket.{port}"))
-        })
+        .filter_map(|(pid, _)| vmbench::cleanup::tgtd_control_port(*pid))
+        .map(|port| format!("/var/run/tgtd/socket.{port}"))
         .collect();
     assert_eq!(sockets.len(), 1, "tgtd's -C port: {servers:?}");
     assert!(std::path::Path::new(&sockets[0]).exists(), "{sockets:?}");
