@@ -263,11 +263,13 @@ fn clean_chap_secret(tgt_dir: &Path, dry: bool, rep: &mut Report) {
 
 /// Removes the network namespaces named after dead run `id`: whatever still runs inside is
 /// that run's (only vmbench puts processes there) and is killed first, since a namespace with
-/// processes outlives `ip netns del`; then the veth pair and the namespace go, qdiscs with them.
+/// processes outlives `ip netns del`; then the nftables table named after it, the veth pair
+/// and the namespace go, qdiscs with them.
 fn clean_namespaces(id: &str, dry: bool, rep: &mut Report) {
     for ns in netns::list(Some(id)) {
-        rep.lines
-            .push(format!("network namespace {ns} (and its veth pair)"));
+        rep.lines.push(format!(
+            "network namespace {ns} (its veth pair and socket filter)"
+        ));
         if dry {
             continue;
         }

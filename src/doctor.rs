@@ -117,8 +117,13 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         "missing",
     ));
     out.push(check(
-        "link shaping (netns, tc)",
+        "embedded server links (netns, nftables, tbf)",
         crate::storage::netns::probe(),
+        "unsupported",
+    ));
+    out.push(check(
+        "link delays (netem, for --link RATE+DELAY)",
+        crate::storage::netns::probe_delay(),
         "unsupported",
     ));
     out.push(check(

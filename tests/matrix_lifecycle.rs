@@ -212,6 +212,11 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
         1,
         "the run's server namespace: {namespaces:?}"
     );
+    let firewall = vmbench::storage::firewall::refused;
+    assert!(
+        firewall(&namespaces[0]).is_some(),
+        "the link's nftables table"
+    );
 
     // The orphaned tgtd's control sockets (a SIGKILLed tgtd leaves them in /var/run/tgtd).
     let sockets: Vec<String> = servers
@@ -242,6 +247,7 @@ fn cleanup_after_kill_9_removes_domain_tgtd_and_work_dir() {
         "{out}"
     );
     assert!(vmbench::storage::netns::list(Some(&run_id)).is_empty());
+    assert!(firewall(&namespaces[0]).is_none(), "nftables table left");
     let (veth, _) = vmbench::storage::netns::veth_names(&namespaces[0]);
     let links = std::process::Command::new("ip")
         .args(["-o", "link"])

@@ -135,12 +135,36 @@ fn nfs_export_is_closed_to_other_local_users() {
         let host_ls = as_nobody("ls", &[e]);
         assert!(!host_ls.status.success());
 
-        // The same tool, as the export's owner, does get in: the refusals above are the
-        // squash and the permissions, not a client that cannot connect. (AUTH_SYS lets any
-        // client claim any uid; docs/security.md says what that leaves open.)
+        // Claiming the export's own uid (AUTH_SYS cannot tell a claim from the truth): the
+        // socket-owner filter on the link refuses nobody's connections before NFS sees them.
+        let ns = ns_of(run);
+        let before = vmbench::storage::firewall::refused(&ns).expect("the run's nftables table");
         let owner = format!("?uid={EXPORT_UID}&gid={EXPORT_UID}");
-        let ok = as_nobody("nfs-ls", &[&format!("nfs://{h}{e}{owner}")]);
-        assert!(String::from_utf8_lossy(&ok.stdout).contains(name));
+        let ls = as_nobody("nfs-ls", &[&format!("nfs://{h}{e}{owner}")]);
+        assert!(!ls.status.success(), "nfs-ls as nobody claiming the owner");
+        assert!(!String::from_utf8_lossy(&ls.stdout).contains(name));
+        let planted = format!("nfs://{h}{e}/planted{owner}");
+        let cp = as_nobody("nfs-cp", &["/etc/hostname", &planted]);
+        assert!(!cp.status.success(), "nfs-cp as nobody claiming the owner");
+        assert_eq!(files_under(&export), images, "a file was planted");
+        let after = vmbench::storage::firewall::refused(&ns).unwrap();
+        assert!(
+            after > before,
+            "the filter counted no refusal ({before} -> {after})"
+        );
+        // The same claim from root's socket gets in: the refusals are the filter's, not a
+        // server that cannot be reached.
+        let ok = output_within(
+            Command::new("nfs-ls").arg(format!("nfs://{h}{e}{owner}")),
+            TOOL_LIMIT,
+        );
+        assert!(String::from_utf8_lossy(&ok.stdout).contains(name), "{ok:?}");
+        // And behind the filter the export still squashes a claimed root.
+        let squashed = output_within(
+            Command::new("nfs-ls").arg(format!("nfs://{h}{e}{root}")),
+            TOOL_LIMIT,
+        );
+        assert!(!String::from_utf8_lossy(&squashed.stdout).contains(name));
     });
     assert_eq!(code, Some(0), "the NFS cell must pass");
     let (_, rec) = s.run_record();
@@ -198,6 +222,14 @@ fn secret_given_to_qemu(qemu_pid: u32) -> String {
     );
     assert!(o.status.success(), "openssl: {o:?}");
     String::from_utf8(o.stdout).unwrap()
+}
+
+/// The run's one network namespace (its name is also its nftables table's).
+fn ns_of(run: &Path) -> String {
+    let id = run.file_name().unwrap().to_str().unwrap();
+    let mut ns = vmbench::storage::netns::list(Some(id));
+    assert_eq!(ns.len(), 1, "one namespace for run {id}: {ns:?}");
+    ns.remove(0)
 }
 
 /// `attr="VALUE"` of the first element carrying it in `xml`.
@@ -263,12 +295,26 @@ fn iscsi_needs_the_per_run_chap_secret() {
         assert!(secret.len() >= 12, "CHAP secret of {} bytes", secret.len());
 
         let url = format!("iscsi://{lun}");
-        let no_chap = as_nobody("iscsi-inq", &[&url]);
-        assert!(!no_chap.status.success(), "logged in without CHAP");
         let wrong = format!("iscsi://{user}%wrong-secret-0123@{lun}");
-        assert!(!as_nobody("iscsi-inq", &[&wrong]).status.success());
-        // With the run's secret the same tool gets in: the refusals are CHAP's.
         let right = format!("iscsi://{user}%{secret}@{lun}");
+        // Root's socket passes the link's filter, so these refusals are CHAP's.
+        let as_root = |u: &str| output_within(Command::new("iscsi-inq").arg(u), TOOL_LIMIT);
+        assert!(!as_root(&url).status.success(), "logged in without CHAP");
+        assert!(
+            !as_root(&wrong).status.success(),
+            "logged in with a wrong secret"
+        );
+        // Another local user does not reach the portal at all, even with the secret.
+        let ns = ns_of(run);
+        let before = vmbench::storage::firewall::refused(&ns).expect("the run's nftables table");
+        let nobody = as_nobody("iscsi-inq", &[&right]);
+        assert!(!nobody.status.success(), "nobody reached the portal");
+        let after = vmbench::storage::firewall::refused(&ns).unwrap();
+        assert!(
+            after > before,
+            "the filter counted no refusal ({before} -> {after})"
+        );
+        // With the run's secret, from root, the same tool gets in.
         assert!(
             output_within(Command::new("iscsi-inq").arg(&right), TOOL_LIMIT)
                 .status

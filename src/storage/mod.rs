@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 pub mod block;
 pub mod chap;
 pub mod cmd;
+pub mod firewall;
 pub mod ganesha;
 pub mod hostdir;
 pub mod iscsi;

@@ -8,13 +8,15 @@
 //! Names: the namespace is `vmbench-<run id>-<link>`; the veth ends are `vmb<8 hex>h` (host) and
 //! `vmb<8 hex>n` (namespace), the hex a hash of the namespace name (interface names are limited
 //! to 15 bytes). Deleting the namespace deletes its veth end, which deletes the pair and the
-//! qdiscs on both ends, so `vmbench cleanup` needs only the namespace name.
+//! qdiscs on both ends; the nftables table that closes the link to other local users
+//! ([`super::firewall`]) carries the namespace's name, so `vmbench cleanup` needs only that name.
 //!
 //! Shaping: tbf for the rate; with a delay, netem at the root and tbf as its child. On the host
 //! end, the qdisc shapes host -> server (guest writes); on the namespace end, server -> host
 //! (guest reads). The delay is one way, so the round trip gains twice it.
 
 use super::cmd;
+use super::firewall;
 use super::StorageError;
 use crate::cell::Link;
 use std::ffi::CString;
@@ -68,7 +70,11 @@ impl NetNs {
         };
         // From here on, Drop removes whatever exists.
         cmd::run_plan(&ns.setup_plan())?;
-        cmd::run_plan(&ns.shaping_plan())?;
+        firewall::install(&ns.name, &ns.host_if)?;
+        // A qdisc this kernel lacks (netem, on some) is the host's limit, not a failed cell.
+        cmd::run_plan(&ns.shaping_plan()).map_err(|e| {
+            StorageError::Unsupported(super::Unsupported(format!("cannot shape link {link}: {e}")))
+        })?;
         Ok(ns)
     }
 
@@ -174,21 +180,32 @@ impl Drop for NetNs {
     }
 }
 
-/// Whether this host can make a shaped link (for `vmbench doctor`): makes a namespace with a
-/// veth pair, tbf and netem on both ends, then removes it. Embedded servers need the
-/// namespace even on `loopback`.
+/// Whether this host can make a rate-shaped link closed to other local users (for `vmbench
+/// doctor`): makes a namespace with a veth pair, the socket filter and tbf on both ends, then
+/// removes it. Embedded servers need the namespace and the filter even on `loopback`.
 pub fn probe() -> Result<String, String> {
-    let link: Link = "1gbit+1ms"
+    let a = probe_link("1gbit")?;
+    Ok(format!(
+        "namespace + veth + nftables owner filter (uids {:?}) + tbf work (e.g. {} <-> {})",
+        firewall::allowed_uids(),
+        a.client,
+        a.server
+    ))
+}
+
+/// Whether links with a delay (`RATE+DELAY`, netem under tbf) can be made here: some kernels
+/// ship tbf without netem.
+pub fn probe_delay() -> Result<String, String> {
+    probe_link("1gbit+1ms").map(|_| "netem delays work".to_string())
+}
+
+fn probe_link(spec: &str) -> Result<LinkAddrs, String> {
+    let link: Link = spec
         .parse()
         .map_err(|e: crate::cell::BadLink| e.to_string())?;
     let run = format!("doctor{}", std::process::id());
     let ns = NetNs::create(&run, link).map_err(|e| e.to_string())?;
-    let a = ns.addrs();
-    drop(ns);
-    Ok(format!(
-        "namespace + veth + tbf/netem work (e.g. {} <-> {})",
-        a.client, a.server
-    ))
+    Ok(ns.addrs())
 }
 
 /// `vmbench-<run>-<link>`, with the link made name-safe.
@@ -207,10 +224,11 @@ pub fn veth_names(ns: &str) -> (String, String) {
     (format!("vmb{h:08x}h"), format!("vmb{h:08x}n"))
 }
 
-/// Removes a namespace and the veth named after it, whether or not they exist, and kills what
-/// still runs inside (only for a dead run's namespace: those processes are its servers).
+/// Removes a namespace, the veth and the socket filter named after it, whether or not they
+/// exist. Processes still inside must be stopped first.
 pub fn destroy(ns: &str) {
     let (host_if, _) = veth_names(ns);
+    firewall::remove(ns);
     let _ = cmd::run("ip", &["link", "del", &host_if]);
     let _ = cmd::run("ip", &["netns", "del", ns]);
 }

@@ -183,6 +183,18 @@ impl Scratch {
             let left: Vec<_> = std::fs::read_dir(self.work()).unwrap().collect();
             assert!(left.is_empty(), "work dir not empty: {left:?}");
         }
+        let tables = output_within(Command::new("nft").args(["list", "tables"]), TOOL_LIMIT);
+        let tables = String::from_utf8_lossy(&tables.stdout).into_owned();
+        let ours: Vec<&str> = tables
+            .lines()
+            .filter(|l| ids.iter().any(|id| l.contains(id.as_str())))
+            .collect();
+        assert!(ours.is_empty(), "nftables tables left: {ours:?}");
+        let ours: Vec<String> = vmbench::storage::netns::list(None)
+            .into_iter()
+            .filter(|n| ids.iter().any(|id| n.contains(id.as_str())))
+            .collect();
+        assert!(ours.is_empty(), "network namespaces left: {ours:?}");
         let here = self.dir.path().to_string_lossy().into_owned();
         for comm in ["ganesha.nfsd", "tgtd"] {
             let ours: Vec<u32> = pids_named(comm)
