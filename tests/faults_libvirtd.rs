@@ -19,22 +19,14 @@ impl Drop for LibvirtdBack {
     }
 }
 
-/// `libvirtd -d` holding none of this process's descriptors: a daemon that inherited, say, the
-/// fd of a `flock` around the test run would hold that lock for as long as it lives.
+/// The daemon started the way scripts/setup-host starts it (scripts/start-libvirtd: under tini
+/// where systemd is not PID 1, holding none of this process's descriptors, answering before it
+/// returns).
 fn libvirtd_daemon() -> Command {
-    use std::os::unix::process::CommandExt;
-    let mut c = Command::new("libvirtd");
-    c.arg("-d");
-    // SAFETY: close() is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            for fd in 3..1024 {
-                libc::close(fd);
-            }
-            Ok(())
-        });
-    }
-    c
+    Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/start-libvirtd"
+    ))
 }
 
 fn wait_libvirt_up() {
@@ -54,8 +46,8 @@ fn wait_libvirt_up() {
     panic!("libvirtd did not come back");
 }
 
-/// The system libvirtd this test restarts: the pid in its pid file (`libvirtd -d` writes
-/// /run/libvirtd.pid), checked to be a running libvirtd.
+/// The system libvirtd this test restarts: the pid in its pid file (libvirtd writes
+/// /run/libvirtd.pid, daemonized or not), checked to be a running libvirtd.
 fn system_libvirtd() -> u32 {
     let text = std::fs::read_to_string("/run/libvirtd.pid").expect("libvirtd's pid file");
     let pid: u32 = text.trim().parse().expect("a pid in /run/libvirtd.pid");
@@ -67,7 +59,7 @@ fn system_libvirtd() -> u32 {
 }
 
 /// Stops exactly that libvirtd (SIGTERM to its pid, waiting for it to go) and starts the
-/// daemon again the way scripts/setup-host does (`libvirtd -d`).
+/// daemon again the way scripts/setup-host does.
 fn restart_libvirtd() {
     let pid = system_libvirtd();
     let r = unsafe { libc::kill(pid as i32, libc::SIGTERM) };
