@@ -442,15 +442,20 @@ fn agent_makes_xfs_and_runs_bonnie() {
     g.power_off();
 }
 
-/// Boot latency: QEMU start to the agent's first byte on the socket, five runs. Run by
-/// scripts/bench-boot (ignored in the normal test run: it takes about a minute).
+/// Boot latency: QEMU start to the agent's first byte on the socket, `BENCH_BOOTS` runs (5).
+/// Run by scripts/bench-boot, one boot at a time between vmbench cells (ignored in the normal
+/// test run: it takes about a minute).
 #[test]
 #[ignore = "benchmark: timing only (its checks are agent_runs_fio_over_virtio_serial_and_powers_off's); scripts/bench-boot runs it"]
 fn bench_boot_to_first_byte() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let img = image();
+    let boots: usize = std::env::var("BENCH_BOOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     let mut times = Vec::new();
-    for run in 0..5 {
+    for run in 0..boots {
         let t0 = Instant::now();
         let mut g = boot(&img, Channel::NamedPort, DISK_BYTES);
         g.sock

@@ -1,16 +1,26 @@
 //! Issue 24's "a month, real and short": the README's history-gate recipe on real guests. Five
 //! short nights of one local raw cell, then nights with the disk capped at half its measured
-//! IOPS (`--iops-limit`): `vmbench trend --gate` exits 1 on the first capped night or the next,
-//! and the trend names the first capped night as the change point's start, with the cap as what
-//! changed in the system under test. Sized for CI: 4 s jobs, one repeat per night.
+//! IOPS (`--iops-limit`): `vmbench trend --gate` exits 1 within `--within` (4) capped nights, the
+//! window the README promises, and the trend names the first capped night as the change point's
+//! start, with the cap as what changed in the system under test. Sized for CI: 4 s jobs, one
+//! repeat per night.
+//!
+//! Why up to four capped nights: at one repeat per night a TCG night varies by 3-10% (boot to
+//! boot, more beside other tests), and the gate's bar is p x 8 series < 0.001 (Bonferroni) with
+//! a pooled t-test whose df is the nights minus two. At 10% a halving gives t of about 6 after
+//! two capped nights (p near 1e-3 at df 5: not enough, as a fresh-clone run showed), about 8
+//! after three and about 10 after four (p near 2e-5 at df 7); alone at 3-4% it fails on the
+//! second capped night (seen twice).
 use crate::common;
 use common::*;
 use std::process::{Command, Output};
 use std::time::Instant;
 
 const BASE_NIGHTS: usize = 5;
-/// Capped nights at most: the gate must have failed by the second.
-const CAPPED_NIGHTS: usize = 2;
+/// Capped nights at most: the gate's own window (`--within`, default 4).
+fn capped_nights() -> usize {
+    vmbench::trend::TrendOptions::default().within_nights
+}
 
 /// One night: the README's matrix line at CI sizes, `extra` appended; returns its run id.
 fn night(s: &Scratch, extra: &[&str]) -> String {
@@ -72,7 +82,7 @@ fn mean_iops(s: &Scratch, run: &str) -> f64 {
 }
 
 #[test]
-#[ignore = "fails on this host: with one repeat per night the gate needs more capped nights (issue 24 item 4, open); run by hand"]
+#[ignore = "host: root libvirtd qemu"]
 fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
     let t = Instant::now();
     let s = Scratch::new();
@@ -95,7 +105,7 @@ fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
     );
     let mut failed_on = None;
     let mut first_capped = None;
-    for i in 0..CAPPED_NIGHTS {
+    for i in 0..capped_nights() {
         let id = night(&s, &["--iops-limit", &cap]);
         first_capped.get_or_insert(id.clone());
         let (code, v, page) = gate(&s, &format!("capped{i}"));
@@ -121,7 +131,18 @@ fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
     for r in regs {
         let c = &r["change"];
         assert_eq!(c["run_id"], first_capped.as_str(), "{r}");
-        assert!(c["change_pct"].as_f64().unwrap() < -25.0, "{r}");
+        // Worse by more than a quarter: IOPS down, latency up (a regression either way).
+        assert_eq!(c["regression"], true, "{r}");
+        let pct = c["change_pct"].as_f64().unwrap();
+        let lower_is_worse = r["key"].as_str().unwrap().ends_with("_iops");
+        assert!(
+            if lower_is_worse {
+                pct < -25.0
+            } else {
+                pct.abs() > 25.0
+            },
+            "{r}"
+        );
         let sut = c["sut_changes"].as_array().unwrap();
         assert!(
             sut.iter().any(|x| x["what"] == "disk cap"
