@@ -6,6 +6,7 @@
 //! changed, and downloads (`cache_dir/debs`) and the fio build (`cache_dir/fio`) are cached
 //! separately so even a rebuild is cheap.
 
+mod apt_facts;
 pub mod cpio;
 pub mod elf;
 pub mod fio_build;
@@ -189,17 +190,13 @@ fn dpkg_version(pkg: &str) -> Result<String, ImageError> {
 
 fn resolve(req: &ImageRequest, progress: &dyn Fn(&str)) -> Result<Inputs, ImageError> {
     let recipe = recipe::Recipe::embedded()?;
-    let (kernel_pkg, kernel_version) = kernel::resolve_package(&recipe.kernel.package)?;
-    let mut packages = BTreeMap::new();
-    for p in recipe
-        .binaries
-        .iter()
-        .map(|b| &b.package)
-        .chain([&recipe.busybox.package])
-    {
-        packages.insert(p.clone(), dpkg_version(p)?);
-    }
-    let fio_version = fio_build::source_version(&recipe.fio.source_package)?;
+    let apt_facts::AptFacts {
+        kernel_pkg,
+        kernel_version,
+        packages,
+        fio_version,
+        ..
+    } = apt_facts::facts(&req.cache_dir, &recipe)?;
     let agent_path = match &req.agent {
         Some(p) => p.clone(),
         None => build_agent(progress)?,
