@@ -8,19 +8,9 @@ use vmbench::results::*;
 
 fn cell(backend: Backend, format: Format) -> Cell {
     Cell {
-        hypervisor: Hypervisor::Qemu,
-        xen_mode: None,
         backend,
         format,
-        bus: Bus::VirtioBlk,
-        cache: CacheMode::None,
-        io: IoMode::Native,
-        layout: Layout::Raw,
-        workload: WorkloadId::Preset("pg-randrw".into()),
-        fio: Default::default(),
-        tuning: Default::default(),
-        host: Default::default(),
-        link: Default::default(),
+        ..Cell::default()
     }
 }
 

@@ -9,8 +9,7 @@ use quick_xml::NsReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use vmbench::cell::IoThread;
-use vmbench::cell::WorkloadId;
-use vmbench::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, XenMode};
+use vmbench::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, XenMode};
 use vmbench::hypervisor::domain_xml::{self, kernel_cmdline, render, DomainXmlError};
 use vmbench::hypervisor::pinning::Pinning;
 use vmbench::hypervisor::{DiskSpec, DomainSpec, IoTune, METADATA_NS};
@@ -245,12 +244,7 @@ impl Case {
             bus: self.bus,
             cache: self.cache,
             io: self.io,
-            layout: Layout::Raw,
-            workload: WorkloadId::Preset("pg-randrw".into()),
-            fio: Default::default(),
-            tuning: Default::default(),
-            host: Default::default(),
-            link: Default::default(),
+            ..Cell::default()
         }
     }
 

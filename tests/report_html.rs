@@ -28,19 +28,8 @@ fn run_record() -> RunRecord {
         .collect();
     let mk = |backend, repeat, outcome: Outcome| {
         let cell = Cell {
-            hypervisor: Hypervisor::Qemu,
-            xen_mode: None,
             backend,
-            format: Format::Qcow2,
-            bus: Bus::VirtioBlk,
-            cache: CacheMode::None,
-            io: IoMode::Native,
-            layout: Layout::Raw,
-            workload: WorkloadId::Preset("pg-randrw".into()),
-            fio: Default::default(),
-            tuning: Default::default(),
-            host: Default::default(),
-            link: Default::default(),
+            ..Cell::default()
         };
         let passed = outcome == Outcome::Passed;
         CellResult {

@@ -19,19 +19,10 @@ fn fixture(name: &str) -> String {
 
 fn cell(backend: Backend, format: Format, workload: WorkloadId) -> Cell {
     Cell {
-        hypervisor: Hypervisor::Qemu,
-        xen_mode: None,
         backend,
         format,
-        bus: Bus::VirtioBlk,
-        cache: CacheMode::None,
-        io: IoMode::Native,
-        layout: Layout::Raw,
         workload,
-        fio: Default::default(),
-        tuning: Default::default(),
-        host: Default::default(),
-        link: Default::default(),
+        ..Cell::default()
     }
 }
 

@@ -27,19 +27,8 @@ impl Drop for KillOnDrop {
 
 fn big_cell(i: usize) -> CellResult {
     let c = Cell {
-        hypervisor: Hypervisor::Qemu,
-        xen_mode: None,
-        backend: Backend::Local,
         format: Format::Raw,
-        bus: Bus::VirtioBlk,
-        cache: CacheMode::None,
-        io: IoMode::Native,
-        layout: Layout::Raw,
-        workload: WorkloadId::Preset("pg-randrw".into()),
-        fio: Default::default(),
-        tuning: Default::default(),
-        host: Default::default(),
-        link: Default::default(),
+        ..Cell::default()
     };
     let metrics = (0..METRICS_PER_CELL)
         .map(|k| {

@@ -8,19 +8,8 @@ use vmbench::results::*;
 
 fn cell(backend: Backend) -> Cell {
     Cell {
-        hypervisor: Hypervisor::Qemu,
-        xen_mode: None,
         backend,
-        format: Format::Qcow2,
-        bus: Bus::VirtioBlk,
-        cache: CacheMode::None,
-        io: IoMode::Native,
-        layout: Layout::Raw,
-        workload: WorkloadId::Preset("pg-randrw".into()),
-        fio: Default::default(),
-        tuning: Default::default(),
-        host: Default::default(),
-        link: Default::default(),
+        ..Cell::default()
     }
 }
 

@@ -46,19 +46,9 @@ fn cells() -> Vec<Cell> {
     for backend in [Backend::Local, Backend::Nfs, Backend::Iscsi] {
         for format in [Format::Qcow2, Format::Raw] {
             out.push(Cell {
-                hypervisor: Hypervisor::Qemu,
-                xen_mode: None,
                 backend,
                 format,
-                bus: Bus::VirtioBlk,
-                cache: CacheMode::None,
-                io: IoMode::Native,
-                layout: Layout::Raw,
-                workload: WorkloadId::Preset("pg-randrw".into()),
-                fio: Default::default(),
-                tuning: Default::default(),
-                host: Default::default(),
-                link: Default::default(),
+                ..Cell::default()
             });
         }
     }
