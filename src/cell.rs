@@ -894,7 +894,10 @@ mod tests {
     #[test]
     fn the_default_cell_is_the_first_of_each_default_list() {
         let c = Cell::default();
-        assert_eq!(c.id(), "qemu-local-qcow2-virtio-blk-none-native-raw-pg-randrw");
+        assert_eq!(
+            c.id(),
+            "qemu-local-qcow2-virtio-blk-none-native-raw-pg-randrw"
+        );
         // The defaults stay out of stored JSON, so a default cell reads back as itself.
         let json = serde_json::to_string(&c).unwrap();
         assert!(!json.contains("host") && !json.contains("link"), "{json}");

@@ -237,12 +237,16 @@ fn an_image_goes_to_the_host_once_and_the_run_dir_is_removed() {
     let (kernel, initrd) = (dir.path().join("vmlinuz"), dir.path().join("initrd.zst"));
     let k = random_file(&kernel, 100_000);
     random_file(&initrd, 200_000);
+    let initrd_full = dir.path().join("initrd-full.zst");
+    random_file(&initrd_full, 300_000);
     let image = ImageInfo {
         id: "test".into(),
         dir: dir.path().to_path_buf(),
         kernel: kernel.clone(),
         initrd: initrd.clone(),
         initrd_bytes: 200_000,
+        initrd_full,
+        initrd_full_bytes: 300_000,
         versions: Default::default(),
     };
     let base = dir.path().join("remote-vmbench");
@@ -256,9 +260,12 @@ fn an_image_goes_to_the_host_once_and_the_run_dir_is_removed() {
     assert_eq!(std::fs::read(&on_host.kernel).unwrap(), k);
     common::stamp_untouched(&on_host.kernel);
     common::stamp_untouched(&on_host.initrd);
+    common::stamp_untouched(&on_host.initrd_full);
+    assert!(on_host.initrd_full.starts_with(&base));
+    assert_ne!(on_host.initrd_full, on_host.initrd);
     let second = upload::ensure_on_host(URI, &base, &run, &image).unwrap();
     assert_eq!(second.initrd, on_host.initrd);
-    for f in [&second.kernel, &second.initrd] {
+    for f in [&second.kernel, &second.initrd, &second.initrd_full] {
         assert!(
             common::is_untouched(f),
             "{} was uploaded again",

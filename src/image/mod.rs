@@ -28,7 +28,7 @@ use cpio::{Entry, Kind};
 
 /// Bumped whenever the builder's own output changes for the same inputs (the skeleton below,
 /// the layout): the id must change with it.
-const BUILDER_VERSION: &str = "3";
+const BUILDER_VERSION: &str = "4";
 /// zstd level for the initramfs (the kernel decompresses any level equally fast).
 const ZSTD_LEVEL: i32 = 19;
 
@@ -56,9 +56,55 @@ pub struct ImageInfo {
     pub initrd: PathBuf,
     /// Size of the initramfs file.
     pub initrd_bytes: u64,
+    /// The base initramfs followed by the extra archive (`initrd-full.zst`: bonnie++, xfsprogs,
+    /// lvm2, the xfs, device-mapper and virtio-fs modules), for the cells that need them
+    /// ([`ImageInfo::initrd_for`]). Manifests older than the split have none: not cached.
+    #[serde(default)]
+    pub initrd_full: PathBuf,
+    /// Size of `initrd_full`.
+    #[serde(default)]
+    pub initrd_full_bytes: u64,
     /// Versions of everything inside (kernel, fio, bonnie++, e2fsprogs, xfsprogs, busybox,
     /// agent), also in the guest's /etc/vmbench/versions.json.
     pub versions: BTreeMap<String, String>,
+}
+
+/// Which initramfs a guest boots with: the base, or the base with the extra archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Initrd {
+    /// fio, mke2fs, busybox and the agent: raw-device and ext4 fio cells.
+    Base,
+    /// Also bonnie++, xfsprogs, lvm2 and the xfs, device-mapper and virtio-fs modules.
+    Full,
+}
+
+impl Initrd {
+    /// The initramfs that holds every tool and module `steps` use: the image knows what is in
+    /// which archive, the steps say what they run, so no caller decides by backend, layout or
+    /// engine. xfs, LVM volumes, bonnie++ and virtio-fs are in the extra archive.
+    pub fn for_steps<'a>(steps: impl IntoIterator<Item = &'a vmbench_proto::Step>) -> Initrd {
+        use vmbench_proto::{Filesystem, Step, Volume};
+        let extra = |s: &Step| match s {
+            Step::Mkfs { fs, volume } => *fs == Filesystem::Xfs || *volume == Volume::Lvm,
+            Step::Bonnie { .. } | Step::MountVirtiofs { .. } => true,
+            Step::DropCaches | Step::Fio { .. } | Step::Sysrq { .. } => false,
+        };
+        if steps.into_iter().any(extra) {
+            Initrd::Full
+        } else {
+            Initrd::Base
+        }
+    }
+}
+
+impl ImageInfo {
+    /// The initramfs file for `which`.
+    pub fn initrd_for(&self, which: Initrd) -> &Path {
+        match which {
+            Initrd::Base => &self.initrd,
+            Initrd::Full => &self.initrd_full,
+        }
+    }
 }
 
 /// Why an image could not be built.
@@ -301,7 +347,8 @@ pub fn ensure_in_use(
 fn cached(cache: &Path, id: &str) -> Option<ImageInfo> {
     let manifest = cache.join(id).join("manifest.json");
     let info: ImageInfo = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
-    (info.id == id && info.kernel.exists() && info.initrd.exists()).then_some(info)
+    let complete = info.kernel.exists() && info.initrd.exists() && info.initrd_full.exists();
+    (info.id == id && complete).then_some(info)
 }
 
 /// An exclusive flock on `cache_dir/.lock`, so concurrent builders (matrix runner, CLI) never
@@ -387,27 +434,27 @@ fn build_from(
         hex::encode(Sha256::digest(&inp.agent)),
     );
     progress("assembling initramfs");
-    let mut tree = Tree::default();
-    tree.base(&inp.agent);
-    add_modules(&mut tree, &root, &rel, &inp.recipe.kernel)?;
-    tree.file("usr/bin/fio", 0o755, read(&fio)?);
-    add_binaries(&mut tree, &inp.recipe)?;
-    let vjson =
-        serde_json::to_vec_pretty(&versions).map_err(|e| ImageError::Parse(e.to_string()))?;
-    tree.file("etc/vmbench/versions.json", 0o644, vjson);
+    let (base, extra) = assemble(&inp, &root, &rel, &fio, &versions)?;
     let out = staging.path().join("image");
     mkdir(&out)?;
     let initrd = out.join("initrd.zst");
-    write_initrd(&initrd, &tree.entries)?;
+    let initrd_full = out.join("initrd-full.zst");
+    write_initrd(&initrd, &[&base.entries])?;
+    write_initrd(&initrd_full, &[&base.entries, &extra.entries])?;
     let kernel_file = add_kernel(&root, &rel, &out, staging.path())?;
     let dir = cache.join(&inp.id);
+    let size = |p: &Path| -> Result<u64, ImageError> {
+        Ok(std::fs::metadata(p)
+            .map_err(|e| ImageError::io(p, e))?
+            .len())
+    };
     let info = ImageInfo {
         id: inp.id.clone(),
         kernel: dir.join(kernel_file),
         initrd: dir.join("initrd.zst"),
-        initrd_bytes: std::fs::metadata(&initrd)
-            .map_err(|e| ImageError::io(&initrd, e))?
-            .len(),
+        initrd_bytes: size(&initrd)?,
+        initrd_full: dir.join("initrd-full.zst"),
+        initrd_full_bytes: size(&initrd_full)?,
         dir: dir.clone(),
         versions,
     };
@@ -416,10 +463,35 @@ fn build_from(
     write_file(&out.join("manifest.json"), &manifest)?;
     publish(&out, &dir)?;
     progress(&format!(
-        "image {} ready: initrd {} bytes",
-        info.id, info.initrd_bytes
+        "image {} ready: initrd {} bytes (with the extra archive: {} bytes)",
+        info.id, info.initrd_bytes, info.initrd_full_bytes
     ));
     Ok(info)
+}
+
+/// The two initramfs archives: the base every cell boots with, and the extra one that the
+/// cells needing its tools boot with after the base (the kernel unpacks concatenated archives
+/// in order, a later file replacing an earlier one of the same path).
+fn assemble(
+    inp: &Inputs,
+    root: &Path,
+    rel: &str,
+    fio: &Path,
+    versions: &BTreeMap<String, String>,
+) -> Result<(Tree, Tree), ImageError> {
+    let mut base = Tree::default();
+    base.base(&inp.agent);
+    let extra_modules = add_modules(&mut base, root, rel, &inp.recipe.kernel)?;
+    base.file("usr/bin/fio", 0o755, read(fio)?);
+    add_binaries(&mut base, &inp.recipe, false)?;
+    let vjson =
+        serde_json::to_vec_pretty(versions).map_err(|e| ImageError::Parse(e.to_string()))?;
+    base.file("etc/vmbench/versions.json", 0o644, vjson);
+    // The extra archive holds only what the base does not: same paths are not repeated.
+    let mut extra = base.empty_beside();
+    add_binaries(&mut extra, &inp.recipe, true)?;
+    extra_modules.add_to(&mut extra);
+    Ok((base, extra))
 }
 
 /// Puts the kernel into `out`: the uncompressed ELF (`vmlinux`) when it boots through PVH,
@@ -475,11 +547,16 @@ fn publish(out: &Path, dir: &Path) -> Result<(), ImageError> {
     std::fs::rename(out, dir).map_err(|e| ImageError::io(dir, e))
 }
 
-fn write_initrd(path: &Path, entries: &[Entry]) -> Result<(), ImageError> {
-    let f = std::fs::File::create(path).map_err(|e| ImageError::io(path, e))?;
-    let mut enc = zstd::stream::Encoder::new(f, ZSTD_LEVEL).map_err(|e| ImageError::io(path, e))?;
-    cpio::write_archive(&mut enc, entries).map_err(|e| ImageError::io(path, e))?;
-    let mut f = enc.finish().map_err(|e| ImageError::io(path, e))?;
+/// Writes each archive as its own zstd-compressed cpio (with its own trailer), one after the
+/// other: the layout the kernel's initramfs unpacker reads as concatenated archives.
+fn write_initrd(path: &Path, archives: &[&[Entry]]) -> Result<(), ImageError> {
+    let mut f = std::fs::File::create(path).map_err(|e| ImageError::io(path, e))?;
+    for entries in archives {
+        let mut enc =
+            zstd::stream::Encoder::new(&mut f, ZSTD_LEVEL).map_err(|e| ImageError::io(path, e))?;
+        cpio::write_archive(&mut enc, entries).map_err(|e| ImageError::io(path, e))?;
+        enc.finish().map_err(|e| ImageError::io(path, e))?;
+    }
     f.flush().map_err(|e| ImageError::io(path, e))
 }
 
@@ -522,6 +599,23 @@ impl Tree {
     fn file(&mut self, path: &str, perm: u32, data: Vec<u8>) {
         self.add(path, perm, Kind::File(data));
     }
+    /// A tree for an archive unpacked over this one: no entries, and every path of this one
+    /// counted as present (not repeated, parents not re-made).
+    fn empty_beside(&self) -> Tree {
+        Tree {
+            entries: Vec::new(),
+            seen: self.seen.clone(),
+        }
+    }
+    /// A file that replaces the same path of an earlier archive.
+    fn replace(&mut self, path: &str, perm: u32, data: Vec<u8>) {
+        self.seen.insert(path.to_string());
+        self.entries.push(Entry {
+            path: path.to_string(),
+            perm,
+            kind: Kind::File(data),
+        });
+    }
     fn symlink(&mut self, path: &str, target: &str) {
         self.add(path, 0o777, Kind::Symlink(target.to_string()));
     }
@@ -559,35 +653,63 @@ impl Tree {
     }
 }
 
+/// The extra archive's modules: their files and the on-demand list that replaces the base's.
+struct ExtraModules {
+    files: Vec<(String, Vec<u8>)>,
+    ondemand: String,
+}
+
+impl ExtraModules {
+    fn add_to(self, tree: &mut Tree) {
+        for (path, data) in self.files {
+            tree.file(&path, 0o644, data);
+        }
+        tree.replace(
+            "etc/vmbench/modules.ondemand",
+            0o644,
+            self.ondemand.into_bytes(),
+        );
+    }
+}
+
+/// Adds the boot and base on-demand modules (and their lists) to `tree`; returns the extra
+/// archive's. modules.dep covers every module of both.
 fn add_modules(
     tree: &mut Tree,
     root: &Path,
     rel: &str,
     kernel_recipe: &recipe::KernelRecipe,
-) -> Result<(), ImageError> {
+) -> Result<ExtraModules, ImageError> {
     let moddir = root.join("lib/modules").join(rel);
     let builtin_path = moddir.join("modules.builtin");
     let builtin = kernel::parse_builtin(
         &std::fs::read_to_string(&builtin_path).map_err(|e| ImageError::io(&builtin_path, e))?,
     );
-    let (boot, later) = (&kernel_recipe.modules, &kernel_recipe.on_demand);
-    let every: Vec<String> = boot.iter().chain(later).cloned().collect();
+    let boot = &kernel_recipe.modules;
+    let later: Vec<String> = kernel_recipe.on_demand.clone();
+    let later_full: Vec<String> = later
+        .iter()
+        .chain(&kernel_recipe.on_demand_extra)
+        .cloned()
+        .collect();
+    let every: Vec<String> = boot.iter().chain(&later_full).cloned().collect();
     let mods = kernel::collect(&moddir, &every, &builtin)?;
-    let (at_boot, on_demand) = kernel::boot_and_on_demand_order(boot, later, &mods, &builtin)?;
+    let (at_boot, on_demand) = kernel::boot_and_on_demand_order(boot, &later, &mods, &builtin)?;
+    let (_, on_demand_full) = kernel::boot_and_on_demand_order(boot, &later_full, &mods, &builtin)?;
+    let module_path = |m: &str| {
+        // finit_module needs an uncompressed module here; store every one as plain .ko.
+        let plain = m.strip_suffix(".xz").unwrap_or(m).to_string();
+        (format!("usr/lib/modules/{rel}/{plain}"), plain)
+    };
     for (list, order) in [
         ("modules.order", &at_boot),
         ("modules.ondemand", &on_demand),
     ] {
         let mut order_text = String::new();
         for m in order {
-            // finit_module needs an uncompressed module here; store every one as plain .ko.
-            let plain = m.strip_suffix(".xz").unwrap_or(m);
-            tree.file(
-                &format!("usr/lib/modules/{rel}/{plain}"),
-                0o644,
-                kernel::read_module(&moddir.join(m))?,
-            );
-            order_text.push_str(plain);
+            let (path, plain) = module_path(m);
+            tree.file(&path, 0o644, kernel::read_module(&moddir.join(m))?);
+            order_text.push_str(&plain);
             order_text.push('\n');
         }
         tree.file(
@@ -601,16 +723,35 @@ fn add_modules(
         0o644,
         kernel::modules_dep_text(&mods).into_bytes(),
     );
-    Ok(())
+    let mut extra = ExtraModules {
+        files: Vec::new(),
+        ondemand: String::new(),
+    };
+    for m in &on_demand_full {
+        let (path, plain) = module_path(m);
+        if !on_demand.contains(m) {
+            extra
+                .files
+                .push((path, kernel::read_module(&moddir.join(m))?));
+        }
+        extra.ondemand.push_str(&plain);
+        extra.ondemand.push('\n');
+    }
+    Ok(extra)
 }
 
-fn add_binaries(tree: &mut Tree, recipe: &recipe::Recipe) -> Result<(), ImageError> {
-    for b in &recipe.binaries {
+/// Adds the recipe's binaries of one archive (`extra` or the base), with their libraries; the
+/// base also gets busybox.
+fn add_binaries(tree: &mut Tree, recipe: &recipe::Recipe, extra: bool) -> Result<(), ImageError> {
+    for b in recipe.binaries.iter().filter(|b| b.extra == extra) {
         let host = libs::find_binary(&b.name)?;
         tree.file(&libs::image_path(&host), 0o755, read(&host)?);
         for lib in libs::libraries(&host)? {
             tree.file(&libs::image_path(&lib), 0o755, read(&lib)?);
         }
+    }
+    if extra {
+        return Ok(());
     }
     let bb = Path::new(&recipe.busybox.path);
     let bb_data = read(bb)?;
@@ -622,4 +763,26 @@ fn add_binaries(tree: &mut Tree, recipe: &recipe::Recipe) -> Result<(), ImageErr
         tree.symlink(&format!("usr/bin/{a}"), "busybox");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod initrd_tests {
+    use super::Initrd;
+    use vmbench_proto::{Filesystem, Step, Volume};
+
+    #[test]
+    fn the_steps_decide_which_initramfs_a_cell_boots() {
+        let mkfs = |fs, volume| Step::Mkfs { fs, volume };
+        let base = [Step::DropCaches, mkfs(Filesystem::Ext4, Volume::Partition)];
+        assert_eq!(Initrd::for_steps(&base), Initrd::Base);
+        assert_eq!(Initrd::for_steps(&[]), Initrd::Base);
+        for s in [
+            mkfs(Filesystem::Xfs, Volume::Whole),
+            mkfs(Filesystem::Ext4, Volume::Lvm),
+            Step::MountVirtiofs { tag: "t".into() },
+        ] {
+            let steps = [Step::DropCaches, s];
+            assert_eq!(Initrd::for_steps(&steps), Initrd::Full, "{:?}", steps[1]);
+        }
+    }
 }

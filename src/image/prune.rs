@@ -169,6 +169,8 @@ mod tests {
             id: id.into(),
             kernel: dir.join("vmlinuz"),
             initrd: dir.join("initrd.zst"),
+            initrd_full: dir.join("initrd-full.zst"),
+            initrd_full_bytes: 0,
             dir,
             initrd_bytes: 1000,
             versions: Default::default(),

@@ -31,6 +31,9 @@ pub struct KernelRecipe {
     /// (dependencies are added; those already loaded at boot are not repeated). Default: none.
     #[serde(default)]
     pub on_demand: Vec<String>,
+    /// Like `on_demand`, but in the second (extra) archive only. Default: none.
+    #[serde(default)]
+    pub on_demand_extra: Vec<String>,
 }
 
 /// fio part of the recipe.
@@ -53,6 +56,9 @@ pub struct Binary {
     pub name: String,
     /// The Debian package that provides it (its version goes into the id).
     pub package: String,
+    /// In the second archive, which only the cells that need it boot with. Default: false.
+    #[serde(default)]
+    pub extra: bool,
 }
 
 /// busybox part of the recipe.
@@ -86,9 +92,23 @@ mod tests {
         }
         // Filesystems, device-mapper and virtio-fs wait for the step that needs them: every
         // boot paid ~1.7 s (signature checks under TCG) for them before.
+        let later = |m: &str| {
+            r.kernel.on_demand.iter().any(|x| x == m)
+                || r.kernel.on_demand_extra.iter().any(|x| x == m)
+        };
         for m in ["ext4", "xfs", "dm_mod", "virtiofs"] {
-            assert!(r.kernel.on_demand.iter().any(|x| x == m), "{m} missing");
+            assert!(later(m), "{m} missing");
             assert!(!r.kernel.modules.iter().any(|x| x == m), "{m} at boot");
+        }
+        // What only some cells use is in the extra archive: the base stays small (issue 28).
+        for m in ["xfs", "dm_mod", "virtiofs"] {
+            assert!(
+                r.kernel.on_demand_extra.iter().any(|x| x == m),
+                "{m} in the base"
+            );
+        }
+        for b in &r.binaries {
+            assert_eq!(b.extra, b.name != "mke2fs", "{}", b.name);
         }
         assert!(r.fio.configure_flags.iter().any(|f| f == "--build-static"));
     }

@@ -73,7 +73,7 @@ pub fn ensure_file(pool: &DirPool, name: &str, src: &Path) -> Result<Placed, Poo
     pool.upload(name, src).map(Placed::Uploaded)
 }
 
-/// `image` as the libvirt host `uri` sees it: kernel and initramfs uploaded (or reused) under
+/// `image` as the libvirt host `uri` sees it: kernel and both initramfs files uploaded (or reused) under
 /// `base`, a directory on that host; everything else as given.
 pub fn ensure_on_host(
     uri: &str,
@@ -88,9 +88,15 @@ pub fn ensure_on_host(
         &volume_name("initramfs", &image.initrd)?,
         &image.initrd,
     )?;
+    let initrd_full = ensure_file(
+        &pool,
+        &volume_name("initramfs", &image.initrd_full)?,
+        &image.initrd_full,
+    )?;
     Ok(ImageInfo {
         kernel: kernel.path().to_path_buf(),
         initrd: initrd.path().to_path_buf(),
+        initrd_full: initrd_full.path().to_path_buf(),
         ..image.clone()
     })
 }

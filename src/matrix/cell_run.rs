@@ -12,7 +12,7 @@ use crate::guest::{Guest, GuestError, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::watch;
 use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
-use crate::image::ImageInfo;
+use crate::image::{ImageInfo, Initrd};
 use crate::metrics::{self, qmp, Sources};
 use crate::results::{CellResult, FailureKind, Metric, Outcome, Provenance, Timings};
 use crate::storage::{ProvisionedDisk, StorageBackend};
@@ -187,6 +187,12 @@ impl CellCtx<'_, '_> {
     /// The domain's definition, written with the job files into the cell directory.
     fn define(&mut self, disk: &ProvisionedDisk, plan: &WorkPlan) -> Result<DomainSpec, CellError> {
         let mut spec = domain_spec(self.env, self.cell, self.seq, disk, self.dir);
+        let steps = plan.steps.prep.iter().chain(&plan.steps.measure);
+        spec.initrd = self
+            .env
+            .image
+            .initrd_for(Initrd::for_steps(steps))
+            .to_path_buf();
         if self.cell.tuning.pin == crate::cell::Pin::On {
             let pinning = crate::hypervisor::pinning::host_plan(spec.vcpus)
                 .map_err(|e| CellError::Config(e.to_string()))?;
