@@ -405,7 +405,9 @@ fn agent_finds_hvc_console_by_handshake() {
 #[ignore = "fixture: VMBENCH_UPDATE_FIXTURES=1 refreshes tests/fixtures/bonnie-guest-xfs.csv; its Mkfs xfs and bonnie++ steps run in matrix_workloads' cells"]
 fn agent_makes_xfs_and_runs_bonnie() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let img = image();
+    // xfsprogs and bonnie++ are in the extra archive (Initrd::Full), as for a matrix cell.
+    let mut img = image();
+    img.initrd = img.initrd_full.clone();
     // mkfs.xfs refuses filesystems under 300 MB.
     let mut g = boot(&img, Channel::NamedPort, 512 << 20);
     let h = g.hello();
