@@ -5,7 +5,31 @@
 //! the chunk size (see bon_csv2txt). Rates are K/sec (per-char, block, rewrite) or /sec (seeks,
 //! file operations); `+++++`/`+++` mean "too fast to measure"; latencies carry a unit suffix.
 
+use super::engine::{Descriptor, TableKind};
 use crate::results::{Better, Metric, Value};
+use vmbench_proto::{Hello, Step};
+
+/// bonnie++ as the rest of vmbench knows it (see [`Descriptor`]).
+pub static ENGINE: Descriptor = Descriptor {
+    name: "bonnie++",
+    headline: &[
+        "seq_out_block_kps",
+        "seq_in_block_kps",
+        "seq_out_rewrite_kps",
+        "random_seeks_ps",
+    ],
+    stability: &["seq_out_block_kps", "seq_in_block_kps"],
+    verdict_family: |_| FACTS,
+    verdict_keys: FACTS,
+    table: TableKind::CellRows,
+    version: ("bonnie", |h: &Hello| h.bonnie_version.as_deref()),
+    step_name: |s| matches!(s, Step::Bonnie { .. }).then_some("bonnie++"),
+    // It prints no status line while it runs.
+    live: |_| None,
+};
+
+/// Its facts: block output, block input and seek rates.
+const FACTS: &[&str] = &["seq_out_block_kps", "seq_in_block_kps", "random_seeks_ps"];
 
 /// Why a bonnie++ CSV line could not be read.
 #[derive(Debug, thiserror::Error)]

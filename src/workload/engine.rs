@@ -1,14 +1,19 @@
 //! What a cell asks of its workload's engine: the guest steps, the job files kept with the
-//! result, the artifacts to parse, the live status line, the host-baseline job. The cell
-//! pipeline (`matrix::cell_run`) knows only this trait; adding an engine means implementing it
-//! here and giving it a row in the preset table (`super::PRESETS`).
+//! result, the artifacts to parse, the live status line, the host-baseline job
+//! ([`WorkloadEngine`], one value per preset); and what the rest of vmbench knows about an
+//! engine whatever job it runs ([`Descriptor`], one static per engine in its own file, listed
+//! in [`ENGINES`]): step names, the status-line parser, tool versions, headline and stability
+//! metrics, verdict facts, report table. The cell pipeline, compare, repeat and the reports ask
+//! these; adding an engine means a file here, a row in [`ENGINES`] and rows in the preset table
+//! (`super::PRESETS`).
 
 use super::{bonnie, fio};
+use crate::cell::WorkloadId;
 use crate::results::Metric;
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::PathBuf;
-use vmbench_proto::{Step, TEST_MOUNTPOINT};
+use vmbench_proto::{Hello, Step, TEST_MOUNTPOINT};
 
 /// Prefix of fio's per-second log files (the artifacts `vmbench_iops.1.log`, ...).
 pub const LOG_PREFIX: &str = "vmbench";
@@ -96,6 +101,49 @@ pub struct LiveIops {
     pub write: u64,
 }
 
+/// How a report lays out an engine's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    /// Metrics as rows, one column per cell (the fio seed's layout).
+    MetricRows,
+    /// One row per cell, the engine's figures as column groups (the bonnie++ seeds' layout).
+    CellRows,
+}
+
+/// What vmbench knows about an engine whatever job it runs: one static per engine (in the
+/// engine's own file), listed in [`ENGINES`]. Compare, repeat, the reports and the cell
+/// pipeline read these lists instead of keeping their own.
+pub struct Descriptor {
+    /// The engine's name as users know it ("fio", "bonnie++").
+    pub name: &'static str,
+    /// The metrics a reader looks at first, in report order.
+    pub headline: &'static [&'static str],
+    /// The figures whose spread decides `--repeat auto` (a direction with no I/O is left out).
+    pub stability: &'static [&'static str],
+    /// The verdict family of a workload: one key per independent fact (see
+    /// `compare::family_keys`).
+    pub verdict_family: fn(&WorkloadId) -> &'static [&'static str],
+    /// Every key of any of its verdict families (the series `trend` keeps).
+    pub verdict_keys: &'static [&'static str],
+    /// How reports lay out its results.
+    pub table: TableKind,
+    /// The key of its version in a result's provenance, and the version the guest reported.
+    pub version: (&'static str, fn(&Hello) -> Option<&str>),
+    /// The name of one of its guest steps, `None` for a step that is not its own.
+    pub step_name: fn(&Step) -> Option<&'static str>,
+    /// Live IOPS from a status line it printed, `None` for a line that is not its status line.
+    pub live: fn(&str) -> Option<LiveIops>,
+}
+
+impl std::fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Every engine this build runs.
+pub static ENGINES: &[&Descriptor] = &[&fio::ENGINE, &bonnie::ENGINE];
+
 /// Why an engine could not plan or parse.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -153,15 +201,19 @@ pub enum EngineError {
 
 /// An I/O engine as the cell pipeline uses it.
 pub trait WorkloadEngine: Send + Sync {
+    /// What vmbench knows about the engine whatever the job.
+    fn descriptor(&self) -> &'static Descriptor;
     /// The engine's name ("fio", "bonnie++").
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.descriptor().name
+    }
     /// Steps, sizes, window and job files for one cell.
     fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError>;
     /// Metrics, per-second samples and measured seconds from the measurement's artifacts.
     fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError>;
     /// Live IOPS from a status line the engine printed while running, if it prints any.
-    fn live_iops(&self, _line: &str) -> Option<LiveIops> {
-        None
+    fn live_iops(&self, line: &str) -> Option<LiveIops> {
+        (self.descriptor().live)(line)
     }
     /// True when the engine measures a filesystem (a raw layout then gets ext4).
     fn needs_filesystem(&self) -> bool {
@@ -262,8 +314,8 @@ pub fn prefill_job(target: &str, size: &str) -> String {
 }
 
 impl WorkloadEngine for Fio {
-    fn name(&self) -> &'static str {
-        "fio"
+    fn descriptor(&self) -> &'static Descriptor {
+        &fio::ENGINE
     }
 
     fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
@@ -339,10 +391,6 @@ impl WorkloadEngine for Fio {
             measured_secs: (ms > 0).then_some(ms as f64 / 1000.0),
         })
     }
-
-    fn live_iops(&self, line: &str) -> Option<LiveIops> {
-        fio::parse_eta(line).map(|(read, write)| LiveIops { read, write })
-    }
 }
 
 /// bonnie++ on the test filesystem.
@@ -350,8 +398,8 @@ impl WorkloadEngine for Fio {
 pub struct Bonnie;
 
 impl WorkloadEngine for Bonnie {
-    fn name(&self) -> &'static str {
-        "bonnie++"
+    fn descriptor(&self) -> &'static Descriptor {
+        &bonnie::ENGINE
     }
 
     fn needs_filesystem(&self) -> bool {

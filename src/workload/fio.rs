@@ -5,10 +5,84 @@
 //! from fio is untrusted: a missing field, a negative or non-finite number is an error, never a
 //! panic and never a silent zero.
 
+use super::engine::{Descriptor, LiveIops, TableKind};
+use crate::cell::WorkloadId;
 use crate::results::{Better, Metric, Value};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::path::Path;
+use vmbench_proto::{Hello, Step};
+
+/// fio as the rest of vmbench knows it (see [`Descriptor`]).
+pub static ENGINE: Descriptor = Descriptor {
+    name: "fio",
+    // Throughput, latency, then what the job's I/O cost the host and the storage server.
+    headline: &[
+        "read_iops",
+        "write_iops",
+        "read_bw_mib_s",
+        "write_bw_mib_s",
+        "read_lat_mean_us",
+        "read_lat_p99_us",
+        "write_lat_mean_us",
+        "write_lat_p99_us",
+        "host_qemu_cpu_pct",
+        "storage_server_cpu_pct",
+        "storage_server_peak_rss_mib",
+    ],
+    stability: &["read_iops", "write_iops"],
+    verdict_family,
+    verdict_keys: &[
+        RANDOM_FACTS[0],
+        RANDOM_FACTS[1],
+        SEQUENTIAL_FACTS[0],
+        SEQUENTIAL_FACTS[1],
+        LATENCY_FACTS[0],
+        LATENCY_FACTS[1],
+        LATENCY_FACTS[2],
+        LATENCY_FACTS[3],
+    ],
+    table: TableKind::MetricRows,
+    version: ("fio", |h: &Hello| h.fio_version.as_deref()),
+    step_name: |s| matches!(s, Step::Fio { .. }).then_some("fio"),
+    live: |line| parse_eta(line).map(|(read, write)| LiveIops { read, write }),
+};
+
+const LATENCY_FACTS: [&str; 4] = [
+    "read_lat_mean_us",
+    "write_lat_mean_us",
+    "read_lat_p99_us",
+    "write_lat_p99_us",
+];
+
+/// A random job's facts: IOPS (bandwidth is IOPS x block size, its derived twin) and latency.
+const RANDOM_FACTS: [&str; 6] = [
+    "read_iops",
+    "write_iops",
+    LATENCY_FACTS[0],
+    LATENCY_FACTS[1],
+    LATENCY_FACTS[2],
+    LATENCY_FACTS[3],
+];
+
+/// A sequential job's facts: bandwidth (IOPS is bandwidth / block, its twin) and latency.
+const SEQUENTIAL_FACTS: [&str; 6] = [
+    "read_bw_mib_s",
+    "write_bw_mib_s",
+    LATENCY_FACTS[0],
+    LATENCY_FACTS[1],
+    LATENCY_FACTS[2],
+    LATENCY_FACTS[3],
+];
+
+/// Sequential presets (`seq-*`) are judged on bandwidth; the random ones and user job files on
+/// IOPS.
+fn verdict_family(w: &WorkloadId) -> &'static [&'static str] {
+    match w {
+        WorkloadId::Preset(p) if p.starts_with("seq-") => &SEQUENTIAL_FACTS,
+        _ => &RANDOM_FACTS,
+    }
+}
 
 /// Why fio output could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ pub mod fio;
 
 use crate::cell::{UnknownValue, WorkloadId};
 pub use engine::{
-    Bonnie, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops, Parsed,
-    WorkloadEngine,
+    Bonnie, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops,
+    Parsed, TableKind, WorkloadEngine, ENGINES,
 };
 
 /// A built-in workload.
@@ -190,6 +190,129 @@ pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
             job: FioJob::File(path.clone()),
         }))),
     }
+}
+
+/// Sweep values (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) for a workload that takes none:
+/// a job file's author owns them, and only fio has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepsRefused {
+    /// The sweep flags given.
+    pub flags: Vec<&'static str>,
+    /// The first workload that refuses them.
+    pub workload: WorkloadId,
+}
+
+impl std::fmt::Display for SweepsRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = &self.workload;
+        let what = match w {
+            WorkloadId::FioFile(_) => "a fio job file, whose author owns those values",
+            WorkloadId::Preset(_) => "not a fio job (bonnie++ has no such parameters)",
+        };
+        write!(
+            f,
+            "{} override a fio preset's parameters, but workload '{w}' is {what}: sweep presets \
+             only ({}), or put the values in your job file",
+            self.flags.join("/"),
+            presets_of(&fio::ENGINE).join(", "),
+        )
+    }
+}
+
+impl std::error::Error for SweepsRefused {}
+
+/// Refuses sweep `flags` (none given: nothing to refuse) unless every workload is a built-in
+/// fio preset.
+pub fn check_sweeps(
+    flags: Vec<&'static str>,
+    workloads: &[WorkloadId],
+) -> Result<(), SweepsRefused> {
+    match workloads.iter().find(|w| !is_fio_preset(w)) {
+        Some(w) if !flags.is_empty() => Err(SweepsRefused {
+            flags,
+            workload: w.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The engine of user job files (`file:PATH`).
+const JOB_FILE_ENGINE: &Descriptor = &fio::ENGINE;
+
+/// The descriptor of a workload's engine. A preset this build does not know (a result from an
+/// older build) reads as a job file, as it always has.
+pub fn descriptor(w: &WorkloadId) -> &'static Descriptor {
+    match w {
+        WorkloadId::Preset(name) => preset(name).map_or(JOB_FILE_ENGINE, |p| p.engine.descriptor()),
+        WorkloadId::FioFile(_) => JOB_FILE_ENGINE,
+    }
+}
+
+/// The name of a guest step, as failures quote it.
+pub fn step_name(s: &vmbench_proto::Step) -> &'static str {
+    use vmbench_proto::Step;
+    match s {
+        Step::DropCaches => "drop caches",
+        Step::Mkfs { .. } => "mkfs",
+        Step::MountVirtiofs { .. } => "mount virtiofs",
+        Step::Sysrq { .. } => "sysrq",
+        engine_step => ENGINES
+            .iter()
+            .find_map(|e| (e.step_name)(engine_step))
+            .unwrap_or("engine"),
+    }
+}
+
+/// Whether a status line shows the engine moving (the stall watchdog's sign of life): an
+/// engine's status line with a non-zero rate. A line that is no engine's status line is new
+/// output, so it counts too.
+pub fn shows_progress(line: &str) -> bool {
+    ENGINES
+        .iter()
+        .find_map(|e| (e.live)(line))
+        .is_none_or(|l| l.read + l.write > 0)
+}
+
+/// The engines' versions the guest reported, by provenance key; an engine missing from the
+/// image has an empty version.
+pub fn tool_versions(hello: &vmbench_proto::Hello) -> Vec<(&'static str, String)> {
+    ENGINES
+        .iter()
+        .map(|e| {
+            let (key, version) = e.version;
+            (key, version(hello).unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// Every engine's headline metrics, in report order, each once.
+pub fn headline_metrics() -> Vec<&'static str> {
+    let mut keys: Vec<&'static str> = vec![];
+    for k in ENGINES.iter().flat_map(|e| e.headline) {
+        if !keys.contains(k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// Whether `key` is in a verdict family of any engine (the series `trend` keeps).
+pub fn is_verdict_key(key: &str) -> bool {
+    ENGINES.iter().any(|e| e.verdict_keys.contains(&key))
+}
+
+/// Every engine's stability metrics (`--repeat auto`).
+pub fn stability_metrics() -> impl Iterator<Item = &'static str> {
+    ENGINES.iter().flat_map(|e| e.stability.iter().copied())
+}
+
+/// The built-in presets of `engine`, by name.
+pub fn presets_of(engine: &Descriptor) -> Vec<&'static str> {
+    PRESETS
+        .iter()
+        .filter(|p| std::ptr::eq(p.engine.descriptor(), engine))
+        .map(|p| p.name)
+        .collect()
 }
 
 #[cfg(test)]
