@@ -399,7 +399,7 @@ fn html_has_one_svg_per_chart_and_escapes() {
         .iter()
         .flat_map(|r| r.metrics.iter().map(|m| m.key.as_str()))
         .collect();
-    let headline: Vec<&str> = report::html::HEADLINE
+    let headline: Vec<&str> = vmbench::workload::headline_metrics()
         .iter()
         .copied()
         .filter(|k| keys.contains(k))

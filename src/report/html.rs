@@ -358,26 +358,6 @@ pub(crate) fn nice_ceiling(v: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// The metrics a reader looks at first, in order: fio's throughput, latency and cost, then
-/// bonnie++'s block and seek figures.
-pub const HEADLINE: [&str; 15] = [
-    "read_iops",
-    "write_iops",
-    "read_bw_mib_s",
-    "write_bw_mib_s",
-    "read_lat_mean_us",
-    "read_lat_p99_us",
-    "write_lat_mean_us",
-    "write_lat_p99_us",
-    "host_qemu_cpu_pct",
-    "storage_server_cpu_pct",
-    "storage_server_peak_rss_mib",
-    "seq_out_block_kps",
-    "seq_in_block_kps",
-    "seq_out_rewrite_kps",
-    "random_seeks_ps",
-];
-
 /// The dimensions of a cell, by display name (`xen mode`, not `xen_mode`).
 fn dimensions(c: &Cell) -> Vec<(String, String)> {
     c.dimensions()
@@ -563,7 +543,7 @@ fn banner(view: &View<'_>) -> String {
 /// Headline keys present in the run, with their metric info.
 fn headline_infos(view: &View<'_>) -> Vec<super::summary::MetricInfo> {
     let infos = metric_infos(view.groups.iter().flat_map(|g| g.passed()));
-    HEADLINE
+    crate::workload::headline_metrics()
         .iter()
         .filter_map(|k| infos.iter().find(|i| i.key == *k).cloned())
         .collect()

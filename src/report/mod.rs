@@ -18,15 +18,15 @@ pub mod seed_origin;
 pub mod summary;
 pub mod sweep;
 
-use crate::cell::WorkloadId;
 use crate::results::{CellResult, RunRecord, Value};
 use summary::{column_titles, fmt_agg, group_by_cell, metric_infos, Agg, CellGroup, MIXED_MARK};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-/// Whether a result comes from the bonnie++ preset.
-pub fn is_bonnie(r: &CellResult) -> bool {
-    matches!(&r.cell.workload, WorkloadId::Preset(p) if p == "bonnie")
+/// Whether a result's engine lays its figures out one row per cell (bonnie++'s tables) rather
+/// than one row per metric; its engine decides.
+pub fn cell_rows(r: &CellResult) -> bool {
+    crate::workload::descriptor(&r.cell.workload).table == crate::workload::TableKind::CellRows
 }
 
 /// Which metrics a fio table shows.
@@ -139,7 +139,7 @@ fn fio_rows(
 ) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
     let groups: Vec<CellGroup<'_>> = group_by_cell(results)
         .into_iter()
-        .filter(|g| !is_bonnie(g.repeats[0]))
+        .filter(|g| !cell_rows(g.repeats[0]))
         .collect();
     if groups.is_empty() {
         return None;
@@ -220,7 +220,7 @@ fn bonnie_rows<'a>(
 ) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'a>>, bool)> {
     let groups: Vec<CellGroup<'a>> = group_by_cell(results)
         .into_iter()
-        .filter(|g| is_bonnie(g.repeats[0]))
+        .filter(|g| cell_rows(g.repeats[0]))
         .collect();
     if groups.is_empty() {
         return None;
@@ -438,7 +438,7 @@ fn push_csv_row(out: &mut String, fields: &[String]) {
 /// `set` chooses the fio table's rows.
 pub fn text(results: &[CellResult], set: MetricSet) -> String {
     let (bonnie, fio): (Vec<CellResult>, Vec<CellResult>) =
-        results.iter().cloned().partition(is_bonnie);
+        results.iter().cloned().partition(cell_rows);
     let mut parts = Vec::new();
     if !fio.is_empty() {
         parts.push(fio_in(&fio, Flavour::Text, set));

@@ -18,14 +18,14 @@ pub static ENGINE: Descriptor = Descriptor {
     name: "fio",
     // Throughput, latency, then what the job's I/O cost the host and the storage server.
     headline: &[
-        "read_iops",
-        "write_iops",
-        "read_bw_mib_s",
-        "write_bw_mib_s",
-        "read_lat_mean_us",
-        "read_lat_p99_us",
-        "write_lat_mean_us",
-        "write_lat_p99_us",
+        JOB_FIGURES[0],
+        JOB_FIGURES[1],
+        JOB_FIGURES[2],
+        JOB_FIGURES[3],
+        JOB_FIGURES[4],
+        JOB_FIGURES[5],
+        JOB_FIGURES[6],
+        JOB_FIGURES[7],
         "host_qemu_cpu_pct",
         "storage_server_cpu_pct",
         "storage_server_peak_rss_mib",
@@ -47,6 +47,19 @@ pub static ENGINE: Descriptor = Descriptor {
     step_name: |s| matches!(s, Step::Fio { .. }).then_some("fio"),
     live: |line| parse_eta(line).map(|(read, write)| LiveIops { read, write }),
 };
+
+/// The job's own headline figures: throughput and latency per direction, in report order (the
+/// host baseline keeps these of the host's run).
+pub const JOB_FIGURES: [&str; 8] = [
+    "read_iops",
+    "write_iops",
+    "read_bw_mib_s",
+    "write_bw_mib_s",
+    "read_lat_mean_us",
+    "read_lat_p99_us",
+    "write_lat_mean_us",
+    "write_lat_p99_us",
+];
 
 const LATENCY_FACTS: [&str; 4] = [
     "read_lat_mean_us",

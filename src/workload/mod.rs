@@ -343,3 +343,126 @@ mod layout_tests {
         assert_eq!(super::mounted_device(["no such line"]), None);
     }
 }
+
+#[cfg(test)]
+mod descriptor_tests {
+    use super::*;
+    use vmbench_proto::Step;
+
+    #[test]
+    fn each_workload_has_its_engines_descriptor() {
+        let d = |w: &str| descriptor(&w.parse().unwrap()).name;
+        assert_eq!(d("pg-randrw"), "fio");
+        assert_eq!(d("bonnie"), "bonnie++");
+        assert_eq!(d("file:/x.fio"), "fio");
+        // A preset of an older build reads as a job file, as it always has.
+        assert_eq!(d("gone-preset"), "fio");
+        let b = descriptor(&"bonnie".parse().unwrap());
+        assert_eq!(b.table, TableKind::CellRows);
+        assert_eq!(fio::ENGINE.table, TableKind::MetricRows);
+    }
+
+    #[test]
+    fn step_names_come_from_the_engines() {
+        let fio_step = Step::Fio {
+            job_text: String::new(),
+            args: vec![],
+            output_name: "fio.json".into(),
+            log_prefix: None,
+        };
+        let bonnie_step = Step::Bonnie {
+            args: vec![],
+            output_name: "bonnie.txt".into(),
+        };
+        assert_eq!(step_name(&fio_step), "fio");
+        assert_eq!(step_name(&bonnie_step), "bonnie++");
+        assert_eq!(step_name(&Step::DropCaches), "drop caches");
+    }
+
+    #[test]
+    fn only_a_moving_status_line_is_no_sign_of_a_stall() {
+        assert!(shows_progress(
+            "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]"
+        ));
+        assert!(!shows_progress(
+            "Jobs: 1 (f=1): [r(1)][20.0%][r=0KiB/s][r=0 IOPS][eta 00m:04s]"
+        ));
+        assert!(shows_progress("Writing intelligently...done"));
+    }
+
+    #[test]
+    fn the_lists_are_the_ones_compare_repeat_and_report_kept() {
+        assert_eq!(
+            headline_metrics(),
+            [
+                "read_iops",
+                "write_iops",
+                "read_bw_mib_s",
+                "write_bw_mib_s",
+                "read_lat_mean_us",
+                "read_lat_p99_us",
+                "write_lat_mean_us",
+                "write_lat_p99_us",
+                "host_qemu_cpu_pct",
+                "storage_server_cpu_pct",
+                "storage_server_peak_rss_mib",
+                "seq_out_block_kps",
+                "seq_in_block_kps",
+                "seq_out_rewrite_kps",
+                "random_seeks_ps",
+            ]
+        );
+        let stable: Vec<_> = stability_metrics().collect();
+        assert_eq!(
+            stable,
+            [
+                "read_iops",
+                "write_iops",
+                "seq_out_block_kps",
+                "seq_in_block_kps"
+            ]
+        );
+        let verdict: Vec<&str> = ENGINES
+            .iter()
+            .flat_map(|e| e.verdict_keys.iter().copied())
+            .collect();
+        assert_eq!(verdict.len(), 11);
+        assert!(is_verdict_key("read_bw_mib_s") && is_verdict_key("random_seeks_ps"));
+        assert!(!is_verdict_key("seq_out_rewrite_kps") && !is_verdict_key("host_qemu_cpu_pct"));
+        let fam = |w: &str| {
+            let w: WorkloadId = w.parse().unwrap();
+            (descriptor(&w).verdict_family)(&w)
+        };
+        assert_eq!(fam("seq-read-1m")[0], "read_bw_mib_s");
+        assert_eq!(fam("file:/j.fio")[0], "read_iops");
+        assert_eq!(fam("bonnie").len(), 3);
+    }
+
+    #[test]
+    fn sweeps_are_refused_with_the_fio_presets_named() {
+        let w: Vec<WorkloadId> = vec!["pg-randrw".parse().unwrap(), "bonnie".parse().unwrap()];
+        assert!(check_sweeps(vec![], &w).is_ok());
+        assert!(check_sweeps(vec!["--bs"], &w[..1]).is_ok());
+        let e = check_sweeps(vec!["--bs", "--iodepth"], &w).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--bs/--iodepth override a fio preset's parameters, but workload 'bonnie' is not a \
+             fio job (bonnie++ has no such parameters): sweep presets only (pg-randrw, \
+             seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k), or put the values in your \
+             job file"
+        );
+    }
+
+    #[test]
+    fn versions_are_keyed_as_the_provenance_columns_were() {
+        let hello: vmbench_proto::Hello = serde_json::from_value(serde_json::json!({
+            "protocol": 1, "agent_version": "x", "kernel": "k", "fio_version": "fio-3.33",
+            "bonnie_version": null, "cpus": 1, "mem_kib": 1, "block_devices": [], "uptime_ms": 1
+        }))
+        .unwrap();
+        assert_eq!(
+            tool_versions(&hello),
+            [("fio", "fio-3.33".to_string()), ("bonnie", String::new())]
+        );
+    }
+}
