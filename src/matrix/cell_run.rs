@@ -233,8 +233,7 @@ impl CellCtx<'_, '_> {
         };
         self.timings.boot_to_hello_ms = t.elapsed().as_millis() as u64;
         self.prov.guest_kernel = guest.hello.kernel.clone();
-        self.prov.fio = guest.hello.fio_version.clone().unwrap_or_default();
-        self.prov.bonnie = guest.hello.bonnie_version.clone().unwrap_or_default();
+        self.prov.tools = workload::tool_versions(&guest.hello);
         let hello_json = serde_json::to_string_pretty(&guest.hello).unwrap_or_default();
         self.write("hello.json", &hello_json)?;
         Ok(Booted {

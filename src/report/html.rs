@@ -809,20 +809,22 @@ fn outcomes_section(view: &View<'_>) -> String {
     )
 }
 
-/// Provenance fields by name.
-fn provenance_fields(p: &Provenance) -> [(&'static str, &str); 10] {
-    [
+/// Provenance fields by name; `tools` are the engines' keys shown (`workload::tool_keys`).
+fn provenance_fields<'a>(p: &'a Provenance, tools: &[&'a str]) -> Vec<(&'a str, &'a str)> {
+    let mut fields: Vec<(&str, &str)> = vec![
         ("Host", &p.host),
         ("Kernel", &p.host_kernel),
         ("CPU", &p.cpu_model),
         ("QEMU", &p.qemu),
         ("libvirt", &p.libvirt),
         ("Guest kernel", &p.guest_kernel),
-        ("fio", &p.fio),
-        ("bonnie++", &p.bonnie),
-        ("Image", &p.image),
-        ("vmbench", &p.vmbench),
-    ]
+    ];
+    fields.extend(tools.iter().map(|k| {
+        let version = p.tools.get(*k).map_or("", String::as_str);
+        (crate::workload::tool_name(k), version)
+    }));
+    fields.extend([("Image", p.image.as_str()), ("vmbench", &p.vmbench)]);
+    fields
 }
 
 /// Where the numbers came from: one table when every cell agrees, else one row per cell.
@@ -832,6 +834,7 @@ fn provenance_section(view: &View<'_>) -> String {
         .iter()
         .map(|g| &g.repeats[0].provenance)
         .collect();
+    let tools = crate::workload::tool_keys(provs.iter().map(|p| &p.tools));
     let head: Vec<String>;
     let rows: Vec<Vec<TableCell>>;
     if provs.windows(2).all(|w| w[0] == w[1]) {
@@ -839,7 +842,7 @@ fn provenance_section(view: &View<'_>) -> String {
         rows = provs
             .first()
             .map(|p| {
-                provenance_fields(p)
+                provenance_fields(p, &tools)
                     .iter()
                     .map(|(k, v)| {
                         vec![
@@ -853,7 +856,7 @@ fn provenance_section(view: &View<'_>) -> String {
     } else {
         head = std::iter::once("Cell".to_string())
             .chain(
-                provenance_fields(provs[0])
+                provenance_fields(provs[0], &tools)
                     .iter()
                     .map(|(k, _)| k.to_string()),
             )
@@ -865,7 +868,7 @@ fn provenance_section(view: &View<'_>) -> String {
             .map(|(g, p)| {
                 std::iter::once(TableCell::from(g.label.clone()))
                     .chain(
-                        provenance_fields(p)
+                        provenance_fields(p, &tools)
                             .iter()
                             .map(|(_, v)| TableCell::from(v.to_string())),
                     )

@@ -12,6 +12,7 @@ pub use engine::{
     Bonnie, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops,
     Parsed, TableKind, WorkloadEngine, ENGINES,
 };
+use std::collections::BTreeMap;
 
 /// A built-in workload.
 #[derive(Clone, Copy)]
@@ -273,16 +274,46 @@ pub fn shows_progress(line: &str) -> bool {
         .is_none_or(|l| l.read + l.write > 0)
 }
 
-/// The engines' versions the guest reported, by provenance key; an engine missing from the
-/// image has an empty version.
-pub fn tool_versions(hello: &vmbench_proto::Hello) -> Vec<(&'static str, String)> {
+/// The engines' versions the guest reported, by provenance key (a result's `tools`); an engine
+/// missing from the image has an empty version.
+pub fn tool_versions(hello: &vmbench_proto::Hello) -> BTreeMap<String, String> {
     ENGINES
         .iter()
         .map(|e| {
             let (key, version) = e.version;
-            (key, version(hello).unwrap_or_default().to_string())
+            (
+                key.to_string(),
+                version(hello).unwrap_or_default().to_string(),
+            )
         })
         .collect()
+}
+
+/// The tool keys to show for some provenances: this build's engines always (empty where not
+/// recorded), in [`ENGINES`] order, then any other key they hold (an engine of another build),
+/// by key.
+pub fn tool_keys<'a>(
+    tools: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+) -> Vec<&'a str> {
+    let mut keys: Vec<&'a str> = ENGINES.iter().map(|e| e.version.0).collect();
+    let mut other: Vec<&'a str> = tools
+        .into_iter()
+        .flat_map(|t| t.keys().map(String::as_str))
+        .filter(|k| !keys.contains(k))
+        .collect();
+    other.sort_unstable();
+    other.dedup();
+    keys.extend(other);
+    keys
+}
+
+/// The engine name of a tool key, as users read it (`bonnie` is bonnie++); a key of an engine
+/// this build does not know is its own name.
+pub fn tool_name(key: &str) -> &str {
+    ENGINES
+        .iter()
+        .find(|e| e.version.0 == key)
+        .map_or(key, |e| e.name)
 }
 
 /// Every engine's headline metrics, in report order, each once.
@@ -460,9 +491,14 @@ mod descriptor_tests {
             "bonnie_version": null, "cpus": 1, "mem_kib": 1, "block_devices": [], "uptime_ms": 1
         }))
         .unwrap();
-        assert_eq!(
-            tool_versions(&hello),
-            [("fio", "fio-3.33".to_string()), ("bonnie", String::new())]
-        );
+        let tools = tool_versions(&hello);
+        assert_eq!(tools["fio"], "fio-3.33");
+        assert_eq!(tools["bonnie"], "");
+        let mut other = tools.clone();
+        other.insert("dd".into(), "9.4".into());
+        assert_eq!(tool_keys([&tools, &other]), ["fio", "bonnie", "dd"]);
+        assert_eq!(tool_keys([]), ["fio", "bonnie"]);
+        assert_eq!(tool_name("bonnie"), "bonnie++");
+        assert_eq!(tool_name("dd"), "dd");
     }
 }
