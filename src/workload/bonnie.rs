@@ -5,9 +5,12 @@
 //! the chunk size (see bon_csv2txt). Rates are K/sec (per-char, block, rewrite) or /sec (seeks,
 //! file operations); `+++++`/`+++` mean "too fast to measure"; latencies carry a unit suffix.
 
-use super::engine::{Descriptor, TableKind};
+use super::engine::{
+    Descriptor, EngineError, EngineParams, EnginePlan, Parsed, TableKind, WorkloadEngine,
+};
 use crate::results::{Better, Metric, Value};
-use vmbench_proto::{Hello, Step};
+use std::collections::BTreeMap;
+use vmbench_proto::{Hello, Step, TEST_MOUNTPOINT};
 
 /// bonnie++ as the rest of vmbench knows it (see [`Descriptor`]).
 pub static ENGINE: Descriptor = Descriptor {
@@ -27,6 +30,59 @@ pub static ENGINE: Descriptor = Descriptor {
     // It prints no status line while it runs.
     live: |_| None,
 };
+
+/// bonnie++ on the test filesystem.
+#[derive(Debug, Clone, Copy)]
+pub struct Bonnie;
+
+impl WorkloadEngine for Bonnie {
+    fn descriptor(&self) -> &'static Descriptor {
+        &ENGINE
+    }
+
+    fn needs_filesystem(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
+        if !p.overrides.is_empty() {
+            return Err(EngineError::OverridesRefused("bonnie++"));
+        }
+        let args = default_args(p.memory_mib, TEST_MOUNTPOINT, p.bonnie_files, "vmbench");
+        Ok(EnginePlan {
+            // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
+            disk_bytes: (p.disk_mib << 20).max((p.memory_mib * 3) << 20),
+            prep: vec![],
+            job_files: vec![("bonnie.args", args.join("\n") + "\n")],
+            measure: vec![
+                Step::DropCaches,
+                Step::Bonnie {
+                    args,
+                    output_name: "bonnie.txt".into(),
+                },
+            ],
+            window: (0, 1),
+            baseline_job: None,
+            prefill_job: None,
+        })
+    }
+
+    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
+        let text = artifacts
+            .get("bonnie.txt")
+            .ok_or(EngineError::MissingArtifact {
+                engine: "bonnie++",
+                what: "output",
+            })?;
+        let line = find_csv_line(text).ok_or(EngineError::BonnieNoCsv)?;
+        let run = parse_csv(line).map_err(EngineError::BonnieOutput)?;
+        Ok(Parsed {
+            metrics: metrics(&run),
+            samples: BTreeMap::new(),
+            measured_secs: None,
+        })
+    }
+}
 
 /// Its facts: block output, block input and seek rates.
 const FACTS: &[&str] = &["seq_out_block_kps", "seq_in_block_kps", "random_seeks_ps"];

@@ -1,6 +1,8 @@
 //! Workloads: the I/O engine jobs a cell runs in the guest. Presets mirror the seeds' engines and
-//! parameters; `file:PATH` takes a user fio job file. Engine output parsers live beside them
-//! (`fio.rs`: fio's JSON; `bonnie.rs`: bonnie++'s CSV).
+//! parameters; `file:PATH` takes a user fio job file. Each engine is one file (`fio.rs`,
+//! `bonnie.rs`): its descriptor, its [`WorkloadEngine`] and its output parser; `engine.rs` holds
+//! the trait, the descriptor type and the table of engines. Everything outside this folder asks
+//! the functions below (or a [`Descriptor`]) instead of naming an engine.
 
 pub mod baseline;
 pub mod bonnie;
@@ -8,10 +10,12 @@ pub mod engine;
 pub mod fio;
 
 use crate::cell::{UnknownValue, WorkloadId};
+pub use bonnie::Bonnie;
 pub use engine::{
-    Bonnie, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops,
-    Parsed, TableKind, WorkloadEngine, ENGINES,
+    Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, LiveIops, Parsed, TableKind,
+    WorkloadEngine, ENGINES,
 };
+pub use fio::{Fio, FioJob};
 use std::collections::BTreeMap;
 
 /// A built-in workload.
