@@ -514,10 +514,7 @@ impl WorkPlan {
     fn new(cfg: &MatrixConfig, cell: &Cell) -> Result<WorkPlan, CellError> {
         let engine = workload::engine(&cell.workload).map_err(CellError::Plan)?;
         let mkfs = workload::layout_step(cell);
-        let target = match mkfs {
-            Some(_) => "{dir}/vmbench.fio",
-            None => "{disk}",
-        };
+        let target = workload::io_target(mkfs.is_some());
         let size_bytes = parse_size(&cfg.size).map_err(CellError::Config)?;
         let params = EngineParams {
             runtime: cfg.runtime,

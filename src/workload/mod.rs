@@ -157,6 +157,16 @@ pub fn mounted_device<'a>(tails: impl IntoIterator<Item = &'a str>) -> Option<(S
     })
 }
 
+/// Where a cell's engine does its I/O: the raw device (`{disk}`), or a file in the test
+/// filesystem the layout step mounted (`{dir}`).
+pub fn io_target(mounted: bool) -> &'static str {
+    if mounted {
+        "{dir}/vmbench.fio"
+    } else {
+        "{disk}"
+    }
+}
+
 /// The preset with this name.
 pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
