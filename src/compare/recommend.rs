@@ -836,7 +836,7 @@ fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
     let engine = crate::workload::descriptor(&reps[0].cell.workload);
     let kind = CellKind {
         // The engine whose figures are laid out per cell is ranked on those figures.
-        bonnie: engine.table == crate::workload::TableKind::CellRows,
+        bonnie: engine.table.cell_tables().is_some(),
         serverless: matches!(
             reps[0].cell.backend,
             Backend::Local | Backend::Block | Backend::Lvm

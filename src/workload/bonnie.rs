@@ -6,7 +6,7 @@
 //! file operations); `+++++`/`+++` mean "too fast to measure"; latencies carry a unit suffix.
 
 use super::engine::{
-    Descriptor, EngineError, EngineParams, EnginePlan, Parsed, TableKind, WorkloadEngine,
+    CellTable, Descriptor, EngineError, EngineParams, EnginePlan, Parsed, TableKind, WorkloadEngine,
 };
 use crate::results::{Better, Metric, Value};
 use std::collections::BTreeMap;
@@ -24,7 +24,16 @@ pub static ENGINE: Descriptor = Descriptor {
     stability: &["seq_out_block_kps", "seq_in_block_kps"],
     verdict_family: |_| FACTS,
     verdict_keys: FACTS,
-    table: TableKind::CellRows,
+    table: TableKind::CellRows(&[
+        CellTable {
+            second: ("Size", "file_size_mib", size_as_printed),
+            columns: &BLOCK_COLUMNS,
+        },
+        CellTable {
+            second: ("Files", "file_count_k", |k| format!("{k}")),
+            columns: &FILE_COLUMNS,
+        },
+    ]),
     version: ("bonnie", |h: &Hello| h.bonnie_version.as_deref()),
     step_name: |s| matches!(s, Step::Bonnie { .. }).then_some("bonnie++"),
     // It prints no status line while it runs.
@@ -81,6 +90,49 @@ impl WorkloadEngine for Bonnie {
             samples: BTreeMap::new(),
             measured_secs: None,
         })
+    }
+}
+
+/// The seeds' first table: Seq Output Per Chr/Block/Rewrite, Seq Input Per Chr/Block, Random
+/// Seeks, each K/sec (or /sec) and %CP.
+const BLOCK_COLUMNS: [(&str, &str, &str); 12] = [
+    ("Seq Output Per Chr", "seq_out_char_kps", "K/sec"),
+    ("", "seq_out_char_cpu_pct", "%CP"),
+    ("Seq Output Block", "seq_out_block_kps", "K/sec"),
+    ("", "seq_out_block_cpu_pct", "%CP"),
+    ("Seq Output Rewrite", "seq_out_rewrite_kps", "K/sec"),
+    ("", "seq_out_rewrite_cpu_pct", "%CP"),
+    ("Seq Input Per Chr", "seq_in_char_kps", "K/sec"),
+    ("", "seq_in_char_cpu_pct", "%CP"),
+    ("Seq Input Block", "seq_in_block_kps", "K/sec"),
+    ("", "seq_in_block_cpu_pct", "%CP"),
+    ("Random Seeks", "random_seeks_ps", "/sec"),
+    ("", "random_seeks_cpu_pct", "%CP"),
+];
+
+/// The seeds' second table: sequential and random create/read/delete, /sec and %CP (the
+/// second column is the file count, in units of 1024).
+const FILE_COLUMNS: [(&str, &str, &str); 12] = [
+    ("Seq Create", "seq_create_ps", "/sec"),
+    ("", "seq_create_cpu_pct", "%CP"),
+    ("Seq Read", "seq_read_ps", "/sec"),
+    ("", "seq_read_cpu_pct", "%CP"),
+    ("Seq Delete", "seq_delete_ps", "/sec"),
+    ("", "seq_delete_cpu_pct", "%CP"),
+    ("Random Create", "random_create_ps", "/sec"),
+    ("", "random_create_cpu_pct", "%CP"),
+    ("Random Read", "random_read_ps", "/sec"),
+    ("", "random_read_cpu_pct", "%CP"),
+    ("Random Delete", "random_delete_ps", "/sec"),
+    ("", "random_delete_cpu_pct", "%CP"),
+];
+
+/// The file size as bonnie++ prints it (`8G`, `64M`), from MiB.
+fn size_as_printed(mib: f64) -> String {
+    if mib >= 1024.0 && mib % 1024.0 == 0.0 {
+        format!("{}G", mib / 1024.0)
+    } else {
+        format!("{}M", mib.round())
     }
 }
 

@@ -87,12 +87,34 @@ pub struct LiveIops {
 }
 
 /// How a report lays out an engine's results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum TableKind {
     /// Metrics as rows, one column per cell (the fio seed's layout).
     MetricRows,
-    /// One row per cell, the engine's figures as column groups (the bonnie++ seeds' layout).
-    CellRows,
+    /// One row per cell, the engine's figures as column groups (the bonnie++ seeds' layout):
+    /// these tables, in order.
+    CellRows(&'static [CellTable]),
+}
+
+impl TableKind {
+    /// The per-cell tables, or `None` for metrics as rows.
+    pub fn cell_tables(self) -> Option<&'static [CellTable]> {
+        match self {
+            TableKind::MetricRows => None,
+            TableKind::CellRows(t) => Some(t),
+        }
+    }
+}
+
+/// One table of an engine laid out one row per cell.
+#[derive(Debug)]
+pub struct CellTable {
+    /// The column after the cell's name: its head, the metric it shows, and how that metric's
+    /// mean is printed.
+    pub second: (&'static str, &'static str, fn(f64) -> String),
+    /// The figures' columns: (group title, empty for the group's further columns; metric key;
+    /// column head).
+    pub columns: &'static [(&'static str, &'static str, &'static str)],
 }
 
 /// What vmbench knows about an engine whatever job it runs: one static per engine (in the

@@ -12,8 +12,8 @@ pub mod fio;
 use crate::cell::{UnknownValue, WorkloadId};
 pub use bonnie::Bonnie;
 pub use engine::{
-    Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, LiveIops, Parsed, TableKind,
-    WorkloadEngine, ENGINES,
+    CellTable, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, LiveIops, Parsed,
+    TableKind, WorkloadEngine, ENGINES,
 };
 pub use fio::{Fio, FioJob};
 use std::collections::BTreeMap;
@@ -403,8 +403,8 @@ mod descriptor_tests {
         // A preset of an older build reads as a job file, as it always has.
         assert_eq!(d("gone-preset"), "fio");
         let b = descriptor(&"bonnie".parse().unwrap());
-        assert_eq!(b.table, TableKind::CellRows);
-        assert_eq!(fio::ENGINE.table, TableKind::MetricRows);
+        assert_eq!(b.table.cell_tables().map(<[_]>::len), Some(2));
+        assert!(fio::ENGINE.table.cell_tables().is_none());
     }
 
     #[test]
