@@ -192,7 +192,8 @@ pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
 /// Whether `w` is a built-in fio preset, the only workload whose fio parameters a sweep
 /// (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) may override.
 pub fn is_fio_preset(w: &WorkloadId) -> bool {
-    matches!(w, WorkloadId::Preset(n) if preset(n).is_some_and(|p| p.engine.name() == "fio"))
+    matches!(w, WorkloadId::Preset(n)
+        if preset(n).is_some_and(|p| std::ptr::eq(p.engine.descriptor(), &fio::ENGINE)))
 }
 
 /// The engine a workload runs: its preset's, or fio with the user's job file.
