@@ -20,7 +20,7 @@ fn prov() -> Provenance {
         host: "bench1".into(),
         cpu_model: "AMD EPYC 7B13".into(),
         qemu: "7.2.9".into(),
-        fio: "fio-3.33".into(),
+        tools: [("fio".into(), "fio-3.33".into())].into(),
         image: "sha256:ab".into(),
         guest_kernel: "6.1.0-18-amd64".into(),
         ..Provenance::default()
@@ -242,7 +242,7 @@ fn provenance_mismatch_is_not_comparable_unless_forced() {
     let base = one_metric_run("b", iops, &noisy(1, 10, 2000.0, 0.01));
     let mut cand = one_metric_run("c", iops, &noisy(2, 10, 1600.0, 0.01));
     for c in &mut cand.cells {
-        c.provenance.fio = "fio-3.35".into();
+        c.provenance.tools.insert("fio".into(), "fio-3.35".into());
     }
     let mut o = CompareOptions::default();
     match &only_row(&compare(&base, &cand, &o)).verdict {
@@ -378,7 +378,7 @@ fn all_not_comparable_exits_3() {
     let base = one_metric_run("b", iops, &noisy(1, 5, 2000.0, 0.01));
     let mut cand = one_metric_run("c", iops, &noisy(2, 5, 2000.0, 0.01));
     for c in &mut cand.cells {
-        c.provenance.fio = "fio-3.36".into();
+        c.provenance.tools.insert("fio".into(), "fio-3.36".into());
     }
     let c = compare(&base, &cand, &CompareOptions::default());
     assert!(matches!(c.rows[0].verdict, Verdict::NotComparable(_)));

@@ -21,7 +21,7 @@ fn two_local_cells_qcow2_and_raw() {
     for c in &rec.cells {
         assert_real_randrw(c);
         assert!(
-            c.provenance.fio.starts_with("fio-"),
+            c.provenance.tools["fio"].starts_with("fio-"),
             "fio version recorded: {:?}",
             c.provenance
         );

@@ -23,7 +23,7 @@ fn assert_provenance(c: &CellResult) {
         ("guest_kernel", &p.guest_kernel),
         ("cpu_model", &p.cpu_model),
         ("image", &p.image),
-        ("bonnie", &p.bonnie),
+        ("bonnie", &p.tools["bonnie"]),
     ] {
         assert!(
             !v.trim().is_empty(),
@@ -31,7 +31,7 @@ fn assert_provenance(c: &CellResult) {
             c.cell_id
         );
     }
-    assert!(p.fio.starts_with("fio-"), "{}: {p:?}", c.cell_id);
+    assert!(p.tools["fio"].starts_with("fio-"), "{}: {p:?}", c.cell_id);
 }
 
 /// The cell directory of the `n`th cell of the only run.

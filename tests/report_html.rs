@@ -41,7 +41,7 @@ fn run_record() -> RunRecord {
             metrics: if passed { metrics.clone() } else { vec![] },
             params: BTreeMap::new(),
             provenance: Provenance {
-                fio: "fio-3.33".into(),
+                tools: [("fio".into(), "fio-3.33".into())].into(),
                 ..Provenance::default()
             },
             timings: Timings::default(),

@@ -127,7 +127,7 @@ fn row<'a>(rows: &'a [Vec<String>], first: &str) -> &'a Vec<String> {
 #[test]
 fn fio_table_has_the_seed_layout_and_right_figures() {
     let results = fio_results();
-    let t = report::fio_table(&results);
+    let t = report::metric_table(&results);
     let rows = cells_of(&t);
     let head = &rows[0];
     assert_eq!(head[0], "Metric");
@@ -221,7 +221,7 @@ fn bonnie_results() -> Vec<CellResult> {
 #[test]
 fn bonnie_table_has_the_seed_columns() {
     let results = bonnie_results();
-    let t = report::bonnie_table(&results);
+    let t = report::cell_table(&results, 0);
     let rows = cells_of(&t);
     for group in [
         "Seq Output Per Chr",
@@ -264,7 +264,7 @@ fn bonnie_table_has_the_seed_columns() {
 #[test]
 fn bonnie_files_table_matches_the_seed() {
     let results = bonnie_results();
-    let rows = cells_of(&report::bonnie_files_table(&results));
+    let rows = cells_of(&report::cell_table(&results, 1));
     assert_eq!(rows[0][2], "Seq Create");
     assert_eq!(rows[1][1], "Files");
     let seed = fixture("bonnie-1.96-seed-lvm.csv");
@@ -305,12 +305,12 @@ fn too_fast_is_never_averaged() {
             bonnie::metrics(&bonnie::parse_csv(&too_fast).unwrap()),
         ),
     ];
-    let rows = cells_of(&report::bonnie_table(&rs));
+    let rows = cells_of(&report::cell_table(&rs, 0));
     let r = row(&rows, "qemu/local/raw");
     assert_eq!(r[4], format!("36450{}", summary::MIXED_MARK));
     let g = summary::group_by_cell(&rs);
     assert_eq!(g[0].agg("seq_read_ps"), summary::Agg::TooFast { n: 3 });
-    let rows = cells_of(&report::bonnie_table(&rs[1..]));
+    let rows = cells_of(&report::cell_table(&rs[1..], 0));
     assert_eq!(row(&rows, "qemu/local/raw")[4], "+++++");
 }
 
@@ -390,7 +390,7 @@ fn html_has_one_svg_per_chart_and_escapes() {
         .iter()
         .flat_map(|r| r.metrics.iter().map(|m| m.key.as_str()))
         .collect();
-    let headline: Vec<&str> = report::html::HEADLINE
+    let headline: Vec<&str> = vmbench::workload::headline_metrics()
         .iter()
         .copied()
         .filter(|k| keys.contains(k))
@@ -430,8 +430,8 @@ fn html_has_one_svg_per_chart_and_escapes() {
 fn show() {
     let mut all = fio_results();
     all.extend(bonnie_results());
-    println!("{}", report::fio_table(&all));
-    println!("{}", report::bonnie_table(&all));
+    println!("{}", report::metric_table(&all));
+    println!("{}", report::cell_table(&all, 0));
     println!("{}", report::markdown(&all));
     std::fs::write("/tmp/pr-report.html", report::html(&run_record())).unwrap();
 }

@@ -21,8 +21,11 @@ fn provenance(host: &str) -> Provenance {
         qemu: "7.2.9".into(),
         libvirt: "9.0.0".into(),
         guest_kernel: "6.1.0-18-amd64".into(),
-        fio: "fio-3.33".into(),
-        bonnie: "2.00a".into(),
+        tools: [
+            ("fio".into(), "fio-3.33".into()),
+            ("bonnie".into(), "2.00a".into()),
+        ]
+        .into(),
         image: "sha256:ab12".into(),
         vmbench: "0.1.0 (a32c3da)".into(),
         io_limit: "iops=150,bw=8MiB/s".into(),

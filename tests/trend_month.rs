@@ -67,8 +67,11 @@ fn provenance(night: usize) -> Provenance {
         qemu: if night < DROP_NIGHT { "7.2.9" } else { "8.0.2" }.into(),
         libvirt: "9.0.0".into(),
         guest_kernel: "6.1.0-18-amd64".into(),
-        fio: "fio-3.33".into(),
-        bonnie: "2.00a".into(),
+        tools: [
+            ("fio".into(), "fio-3.33".into()),
+            ("bonnie".into(), "2.00a".into()),
+        ]
+        .into(),
         image: "sha256:ab".into(),
         vmbench: "0.1.0".into(),
         ..Provenance::default()

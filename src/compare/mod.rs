@@ -33,76 +33,22 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Metric keys that may get a verdict by default: the figures a storage change shows in first.
-/// Which of them do in a cell is [`family_keys`]: one verdict per independent fact.
-pub const HEADLINE_METRICS: [&str; 11] = [
-    "read_iops",
-    "write_iops",
-    "read_bw_mib_s",
-    "write_bw_mib_s",
-    "read_lat_mean_us",
-    "write_lat_mean_us",
-    "read_lat_p99_us",
-    "write_lat_p99_us",
-    "seq_out_block_kps",
-    "seq_in_block_kps",
-    "random_seeks_ps",
-];
-
-/// How a cell's workload moves data, which decides its throughput fact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Random fio jobs (and user job files): IOPS is the fact, bandwidth is IOPS x block size.
-    Random,
-    /// Sequential fio jobs (`seq-*` presets): bandwidth is the fact, IOPS is bandwidth / block.
-    Sequential,
-    /// bonnie++: its block output, block input and seek rates.
-    Bonnie,
+/// Whether a metric key may get a verdict by default: the figures a storage change shows in
+/// first, every engine's verdict facts. Which of them do in a cell is [`family_keys`].
+pub fn is_headline_metric(key: &str) -> bool {
+    crate::workload::is_verdict_key(key)
 }
 
-impl Access {
-    /// The access of a cell's workload. User job files count as random (their IOPS decides).
-    pub fn of(cell: &crate::cell::Cell) -> Access {
-        match &cell.workload {
-            crate::cell::WorkloadId::Preset(p) if p == "bonnie" => Access::Bonnie,
-            crate::cell::WorkloadId::Preset(p) if p.starts_with("seq-") => Access::Sequential,
-            _ => Access::Random,
-        }
-    }
+/// The default verdict family of a cell: one key per independent fact, as its engine says. The
+/// derived twin (bandwidth of a random job, IOPS of a sequential one) repeats its fact with the
+/// same p, and counting it twice would halve every row's share of alpha; it is shown as
+/// information.
+pub fn family_keys(cell: &crate::cell::Cell) -> &'static [&'static str] {
+    (crate::workload::descriptor(&cell.workload).verdict_family)(&cell.workload)
 }
 
-/// The default verdict family of a cell: one key per independent fact. The derived twin
-/// (bandwidth of a random job, IOPS of a sequential one) repeats its fact with the same p, and
-/// counting it twice would halve every row's share of alpha; it is shown as information.
-pub fn family_keys(access: Access) -> &'static [&'static str] {
-    const LATENCY: [&str; 4] = [
-        "read_lat_mean_us",
-        "write_lat_mean_us",
-        "read_lat_p99_us",
-        "write_lat_p99_us",
-    ];
-    const RANDOM: [&str; 6] = [
-        "read_iops",
-        "write_iops",
-        LATENCY[0],
-        LATENCY[1],
-        LATENCY[2],
-        LATENCY[3],
-    ];
-    const SEQUENTIAL: [&str; 6] = [
-        "read_bw_mib_s",
-        "write_bw_mib_s",
-        LATENCY[0],
-        LATENCY[1],
-        LATENCY[2],
-        LATENCY[3],
-    ];
-    match access {
-        Access::Random => &RANDOM,
-        Access::Sequential => &SEQUENTIAL,
-        Access::Bonnie => &["seq_out_block_kps", "seq_in_block_kps", "random_seeks_ps"],
-    }
-}
+/// A cell's verdict family (see [`family_keys`]).
+type Family = &'static [&'static str];
 
 /// The verdict family in words, as every output states it.
 pub const FAMILY: &str = "one verdict per fact and cell: IOPS (random jobs) or bandwidth \
@@ -208,10 +154,9 @@ impl CompareOptions {
         }
     }
 
-    fn is_verdict_metric(&self, key: &str, access: Access) -> bool {
+    fn is_verdict_metric(&self, key: &str, family: Family) -> bool {
         !MIX_CHECKS.contains(&key)
-            && (family_keys(access).contains(&key)
-                || self.extra_verdict_metrics.iter().any(|k| k == key))
+            && (family.contains(&key) || self.extra_verdict_metrics.iter().any(|k| k == key))
     }
 }
 
@@ -870,11 +815,11 @@ fn compare_cell(
         Some(m) => (Some(format!("{m}; use --force to compare anyway")), None),
         None => (None, None),
     };
-    let access = Access::of(&base[0].cell);
+    let family = family_keys(&base[0].cell);
     metric_keys(base, cand)
         .into_iter()
         .map(|key| {
-            let mut row = compare_metric(base, cand, &key, access, opts);
+            let mut row = compare_metric(base, cand, &key, family, opts);
             if row.verdict != Verdict::Info {
                 if let Some(m) = &refuse {
                     row.verdict = Verdict::NotComparable(m.clone());
@@ -996,7 +941,7 @@ fn compare_metric(
     base: &[&CellResult],
     cand: &[&CellResult],
     key: &str,
-    access: Access,
+    family: Family,
     opts: &CompareOptions,
 ) -> MetricComparison {
     let meta: &Metric = base
@@ -1017,8 +962,8 @@ fn compare_metric(
     let tested = test_values(&bv.numbers, &cv.numbers);
     let welch = tested.welch;
     let (threshold_pct, threshold_source) = opts.threshold_for(&base[0].cell_id, key);
-    let verdict = if !opts.is_verdict_metric(key, access) {
-        if family_keys(access).iter().any(|k| twin(k) == Some(key)) {
+    let verdict = if !opts.is_verdict_metric(key, family) {
+        if family.iter().any(|k| twin(k) == Some(key)) {
             note = Some(join_note(
                 note,
                 "derived twin of a family fact (same p): information",

@@ -39,9 +39,8 @@ const fn field(
     }
 }
 
-const FIELDS: [Field; 12] = [
-    field("fio version", Part::Instrument, |p| &p.fio, false),
-    field("bonnie++ version", Part::Instrument, |p| &p.bonnie, false),
+/// The fields besides the engines' versions (instrument, compared first: see [`diffs`]).
+const FIELDS: [Field; 10] = [
     field("guest image", Part::Instrument, |p| &p.image, false),
     field("guest kernel", Part::Instrument, |p| &p.guest_kernel, false),
     field("job definitions", Part::Instrument, |p| &p.jobs, true),
@@ -69,18 +68,34 @@ const FIELDS: [Field; 12] = [
     field("disk cap", Part::SystemUnderTest, |p| &p.io_limit, false),
 ];
 
-/// The fields of `part` that differ between `a` and `b`, as (name, a's value, b's value).
+/// The fields of `part` that differ between `a` and `b`, as (name, a's value, b's value): the
+/// engines' versions (instrument; a version not recorded is empty, and differs) first, then
+/// [`FIELDS`].
 fn diffs<'a>(
     a: &'a Provenance,
     b: &'a Provenance,
     part: Option<Part>,
-) -> impl Iterator<Item = (&'static str, &'a str, &'a str)> {
-    FIELDS
+) -> impl Iterator<Item = (String, &'a str, &'a str)> {
+    let version = |p: &'a Provenance, k: &str| p.tools.get(k).map_or("", String::as_str);
+    let keys = if part.is_none_or(|p| p == Part::Instrument) {
+        crate::workload::tool_keys([&a.tools, &b.tools])
+    } else {
+        vec![]
+    };
+    let tools = keys
+        .into_iter()
+        .map(move |k| {
+            let name = format!("{} version", crate::workload::tool_name(k));
+            (name, version(a, k), version(b, k))
+        })
+        .filter(|(_, x, y)| x != y);
+    let fields = FIELDS
         .iter()
         .filter(move |f| part.is_none_or(|p| f.part == p))
         .map(move |f| (f, (f.get)(a), (f.get)(b)))
         .filter(|(f, x, y)| x != y && !(f.recorded_later && (x.is_empty() || y.is_empty())))
-        .map(|(f, x, y)| (f.name, x, y))
+        .map(|(f, x, y)| (f.name.to_string(), x, y));
+    tools.chain(fields)
 }
 
 /// Why two results were not measured with the same instrument, or `None` when they were.
@@ -130,7 +145,7 @@ pub fn system_changes(a: &Provenance, b: &Provenance) -> Vec<SystemChange> {
     };
     diffs(a, b, Some(Part::SystemUnderTest))
         .map(|(name, x, y)| SystemChange {
-            what: name.into(),
+            what: name,
             baseline: shown(x),
             candidate: shown(y),
             cells: 1,
@@ -180,7 +195,7 @@ mod tests {
     fn prov() -> Provenance {
         Provenance {
             qemu: "7.2.22".into(),
-            fio: "fio-3.33".into(),
+            tools: [("fio".into(), "fio-3.33".into())].into(),
             storage_server: "nfs-ganesha 4.3".into(),
             ..Provenance::default()
         }
@@ -202,7 +217,7 @@ mod tests {
             ["qemu 7.2.22 -> 8.2.2", "host kernel (none) -> 6.12"]
         );
         let c = Provenance {
-            fio: "fio-3.36".into(),
+            tools: [("fio".into(), "fio-3.36".into())].into(),
             ..prov()
         };
         let why = instrument_mismatch(&a, &c).unwrap();

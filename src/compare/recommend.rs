@@ -833,9 +833,10 @@ fn candidates(
 
 /// One value per repeat of every objective (too-fast and n/a figures left out).
 fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
-    let has = |k: &str| reps.iter().any(|c| c.metric(k).is_some());
+    let engine = crate::workload::descriptor(&reps[0].cell.workload);
     let kind = CellKind {
-        bonnie: has("seq_in_block_kps") || has("random_seeks_ps"),
+        // The engine whose figures are laid out per cell is ranked on those figures.
+        bonnie: engine.table.cell_tables().is_some(),
         serverless: matches!(
             reps[0].cell.backend,
             Backend::Local | Backend::Block | Backend::Lvm

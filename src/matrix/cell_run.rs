@@ -239,8 +239,7 @@ impl CellCtx<'_, '_> {
         };
         self.timings.boot_to_hello_ms = t.elapsed().as_millis() as u64;
         self.prov.guest_kernel = guest.hello.kernel.clone();
-        self.prov.fio = guest.hello.fio_version.clone().unwrap_or_default();
-        self.prov.bonnie = guest.hello.bonnie_version.clone().unwrap_or_default();
+        self.prov.tools = workload::tool_versions(&guest.hello);
         let hello_json = serde_json::to_string_pretty(&guest.hello).unwrap_or_default();
         self.write("hello.json", &hello_json)?;
         Ok(Booted {
@@ -390,7 +389,7 @@ impl CellCtx<'_, '_> {
         let mut on_event = on_event;
         let on_event = move |e: JobEvent<'_>| {
             if let JobEvent::Status { line, .. } = &e {
-                if status_shows_progress(line) {
+                if workload::shows_progress(line) {
                     seen.touch();
                 }
             }
@@ -521,10 +520,7 @@ impl WorkPlan {
     fn new(cfg: &MatrixConfig, cell: &Cell) -> Result<WorkPlan, CellError> {
         let engine = workload::engine(&cell.workload).map_err(CellError::Plan)?;
         let mkfs = workload::layout_step(cell);
-        let target = match mkfs {
-            Some(_) => "{dir}/vmbench.fio",
-            None => "{disk}",
-        };
+        let target = workload::io_target(mkfs.is_some());
         let size_bytes = parse_size(&cfg.size).map_err(CellError::Config)?;
         let params = EngineParams {
             runtime: cfg.runtime,
@@ -572,31 +568,20 @@ fn check_steps(out: &JobOutput, steps: &[Step], console: &Path) -> Result<(), Ce
             Some(end) if end.exit_code == 0 => continue,
             Some(end) => {
                 return Err(CellError::EngineFailed {
-                    step: step_name(step),
+                    step: workload::step_name(step),
                     exit_code: end.exit_code,
                     stderr: end.stderr_tail.trim().to_string(),
                 })
             }
             None => {
                 return Err(CellError::StepUnfinished {
-                    step: step_name(step),
+                    step: workload::step_name(step),
                     console: ConsoleTail::read(console, 15),
                 })
             }
         }
     }
     Err(CellError::JobFailed)
-}
-
-fn step_name(s: &Step) -> &'static str {
-    match s {
-        Step::DropCaches => "drop caches",
-        Step::Mkfs { .. } => "mkfs",
-        Step::Fio { .. } => "fio",
-        Step::Bonnie { .. } => "bonnie++",
-        Step::MountVirtiofs { .. } => "mount virtiofs",
-        Step::Sysrq { .. } => "sysrq",
-    }
 }
 
 async fn cancellable<T, E>(
@@ -712,12 +697,6 @@ fn disk_counters(d: &RunningDomain, hv: Hypervisor) -> Option<qmp::DiskCounters>
             .ok()
             .and_then(|a| qmp::parse_blockstats(&a).ok()),
     }
-}
-
-/// Whether a status line shows the engine moving: fio's eta line with a non-zero rate. A line
-/// that is not an eta line is new output, so it counts too.
-fn status_shows_progress(line: &str) -> bool {
-    crate::workload::fio::parse_eta(line).is_none_or(|(r, w)| r + w > 0)
 }
 
 async fn sample_window(

@@ -451,24 +451,8 @@ impl MatrixConfig {
         .into_iter()
         .filter_map(|(f, on)| on.then_some(f))
         .collect();
-        if !set.is_empty() {
-            if let Some(w) = self
-                .workload
-                .iter()
-                .find(|w| !crate::workload::is_fio_preset(w))
-            {
-                return Err(ConfigError::Invalid(format!(
-                    "{} override a fio preset's parameters, but workload '{w}' is {}: sweep \
-                     presets only (pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, \
-                     rand-write-4k), or put the values in your job file",
-                    set.join("/"),
-                    match w {
-                        WorkloadId::FioFile(_) => "a fio job file, whose author owns those values",
-                        WorkloadId::Preset(_) => "not a fio job (bonnie++ has no such parameters)",
-                    }
-                )));
-            }
-        }
+        crate::workload::check_sweeps(set, &self.workload)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let ranges = [
             ("iodepth (--iodepth)", &self.iodepth, 1, 65536),
             ("numjobs (--numjobs)", &self.numjobs, 1, 1024),

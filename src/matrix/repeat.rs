@@ -8,15 +8,6 @@ use std::fmt;
 /// Fewest repeats `auto` runs: two values always look stable, three can show a spread.
 pub const MIN_AUTO_REPEATS: u32 = 3;
 
-/// The figures whose spread decides: the headline throughput of fio (read/write IOPS) and of
-/// bonnie++ (block output/input). A direction with no I/O (mean 0) is left out.
-pub const STABILITY_METRICS: [&str; 4] = [
-    "read_iops",
-    "write_iops",
-    "seq_out_block_kps",
-    "seq_in_block_kps",
-];
-
 /// Repeats of every cell (config `repeat`, `--repeat`): a number, or `"auto"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Repeat {
@@ -142,16 +133,16 @@ impl StopRule {
     }
 }
 
-/// The largest coefficient of variation (sample stddev / mean, in %) of the stability metrics
-/// over the passed repeats; `None` with fewer than two passed repeats or no such metric.
+/// The largest coefficient of variation (sample stddev / mean, in %) of the engines' stability
+/// metrics (`workload::stability_metrics`; a direction with no I/O, mean 0, is left out) over
+/// the passed repeats; `None` with fewer than two passed repeats or no such metric.
 pub fn worst_cv(history: &[&CellResult]) -> Option<f64> {
     let passed: Vec<&CellResult> = history
         .iter()
         .copied()
         .filter(|c| c.outcome == Outcome::Passed)
         .collect();
-    STABILITY_METRICS
-        .iter()
+    crate::workload::stability_metrics()
         .filter_map(|key| {
             let v: Vec<f64> = passed
                 .iter()

@@ -358,26 +358,6 @@ pub(crate) fn nice_ceiling(v: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// The metrics a reader looks at first, in order: fio's throughput, latency and cost, then
-/// bonnie++'s block and seek figures.
-pub const HEADLINE: [&str; 15] = [
-    "read_iops",
-    "write_iops",
-    "read_bw_mib_s",
-    "write_bw_mib_s",
-    "read_lat_mean_us",
-    "read_lat_p99_us",
-    "write_lat_mean_us",
-    "write_lat_p99_us",
-    "host_qemu_cpu_pct",
-    "storage_server_cpu_pct",
-    "storage_server_peak_rss_mib",
-    "seq_out_block_kps",
-    "seq_in_block_kps",
-    "seq_out_rewrite_kps",
-    "random_seeks_ps",
-];
-
 /// The dimensions of a cell, by display name (`xen mode`, not `xen_mode`).
 fn dimensions(c: &Cell) -> Vec<(String, String)> {
     c.dimensions()
@@ -563,7 +543,7 @@ fn banner(view: &View<'_>) -> String {
 /// Headline keys present in the run, with their metric info.
 fn headline_infos(view: &View<'_>) -> Vec<super::summary::MetricInfo> {
     let infos = metric_infos(view.groups.iter().flat_map(|g| g.passed()));
-    HEADLINE
+    crate::workload::headline_metrics()
         .iter()
         .filter_map(|k| infos.iter().find(|i| i.key == *k).cloned())
         .collect()
@@ -829,20 +809,22 @@ fn outcomes_section(view: &View<'_>) -> String {
     )
 }
 
-/// Provenance fields by name.
-fn provenance_fields(p: &Provenance) -> [(&'static str, &str); 10] {
-    [
+/// Provenance fields by name; `tools` are the engines' keys shown (`workload::tool_keys`).
+fn provenance_fields<'a>(p: &'a Provenance, tools: &[&'a str]) -> Vec<(&'a str, &'a str)> {
+    let mut fields: Vec<(&str, &str)> = vec![
         ("Host", &p.host),
         ("Kernel", &p.host_kernel),
         ("CPU", &p.cpu_model),
         ("QEMU", &p.qemu),
         ("libvirt", &p.libvirt),
         ("Guest kernel", &p.guest_kernel),
-        ("fio", &p.fio),
-        ("bonnie++", &p.bonnie),
-        ("Image", &p.image),
-        ("vmbench", &p.vmbench),
-    ]
+    ];
+    fields.extend(tools.iter().map(|k| {
+        let version = p.tools.get(*k).map_or("", String::as_str);
+        (crate::workload::tool_name(k), version)
+    }));
+    fields.extend([("Image", p.image.as_str()), ("vmbench", &p.vmbench)]);
+    fields
 }
 
 /// Where the numbers came from: one table when every cell agrees, else one row per cell.
@@ -852,6 +834,7 @@ fn provenance_section(view: &View<'_>) -> String {
         .iter()
         .map(|g| &g.repeats[0].provenance)
         .collect();
+    let tools = crate::workload::tool_keys(provs.iter().map(|p| &p.tools));
     let head: Vec<String>;
     let rows: Vec<Vec<TableCell>>;
     if provs.windows(2).all(|w| w[0] == w[1]) {
@@ -859,7 +842,7 @@ fn provenance_section(view: &View<'_>) -> String {
         rows = provs
             .first()
             .map(|p| {
-                provenance_fields(p)
+                provenance_fields(p, &tools)
                     .iter()
                     .map(|(k, v)| {
                         vec![
@@ -873,7 +856,7 @@ fn provenance_section(view: &View<'_>) -> String {
     } else {
         head = std::iter::once("Cell".to_string())
             .chain(
-                provenance_fields(provs[0])
+                provenance_fields(provs[0], &tools)
                     .iter()
                     .map(|(k, _)| k.to_string()),
             )
@@ -885,7 +868,7 @@ fn provenance_section(view: &View<'_>) -> String {
             .map(|(g, p)| {
                 std::iter::once(TableCell::from(g.label.clone()))
                     .chain(
-                        provenance_fields(p)
+                        provenance_fields(p, &tools)
                             .iter()
                             .map(|(_, v)| TableCell::from(v.to_string())),
                     )

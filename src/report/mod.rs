@@ -1,7 +1,8 @@
 //! Reports: the seeds' presentations of a run's [`CellResult`]s.
 //!
-//! - [`fio_table`]: metrics as rows, one column per cell (the fio seed's layout);
-//! - [`bonnie_table`]: one row per cell with bonnie++'s column groups (the bonnie seeds' layout);
+//! - [`metric_table`]: metrics as rows, one column per cell (the fio seed's layout);
+//! - [`cell_table`]: one row per cell with the engine's column groups (the bonnie seeds'
+//!   layout);
 //! - [`markdown`], [`csv`]: the same for documents and spreadsheets;
 //! - [`html`]: one self-contained page with inline SVG charts;
 //! - [`openmetrics`]: the figures as an OpenMetrics text exposition, for dashboards.
@@ -18,15 +19,20 @@ pub mod seed_origin;
 pub mod summary;
 pub mod sweep;
 
-use crate::cell::WorkloadId;
 use crate::results::{CellResult, RunRecord, Value};
+use crate::workload::{CellTable, Descriptor, ENGINES};
 use summary::{column_titles, fmt_agg, group_by_cell, metric_infos, Agg, CellGroup, MIXED_MARK};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-/// Whether a result comes from the bonnie++ preset.
-pub fn is_bonnie(r: &CellResult) -> bool {
-    matches!(&r.cell.workload, WorkloadId::Preset(p) if p == "bonnie")
+/// Whether a result's engine lays its figures out one row per cell (bonnie++'s tables) rather
+/// than one row per metric; its engine decides.
+pub fn cell_rows(r: &CellResult) -> bool {
+    engine(r).table.cell_tables().is_some()
+}
+
+fn engine(r: &CellResult) -> &'static Descriptor {
+    crate::workload::descriptor(&r.cell.workload)
 }
 
 /// Which metrics a fio table shows.
@@ -132,14 +138,14 @@ fn footnotes(groups: &[CellGroup<'_>], any_mixed: bool) -> String {
     out
 }
 
-/// The fio table rows (header first), and whether a mixed-too-fast marker was used.
-fn fio_rows(
+/// The metric-rows table (header first), and whether a mixed-too-fast marker was used.
+fn metric_rows(
     results: &[CellResult],
     set: MetricSet,
 ) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'_>>, bool)> {
     let groups: Vec<CellGroup<'_>> = group_by_cell(results)
         .into_iter()
-        .filter(|g| !is_bonnie(g.repeats[0]))
+        .filter(|g| !cell_rows(g.repeats[0]))
         .collect();
     if groups.is_empty() {
         return None;
@@ -170,18 +176,19 @@ fn fio_rows(
 }
 
 /// The fio seed's table: the headline metrics as rows, one column per cell, units on every
-/// figure, and a final "Outcome" row. Empty when there are no fio cells.
-pub fn fio_table(results: &[CellResult]) -> String {
-    fio_in(results, Flavour::Text, MetricSet::Headline)
+/// figure, and a final "Outcome" row, for the cells whose engine lays its figures out so.
+/// Empty when there are none.
+pub fn metric_table(results: &[CellResult]) -> String {
+    metric_in(results, Flavour::Text, MetricSet::Headline)
 }
 
-/// [`fio_table`] with every metric the cells recorded.
-pub fn fio_table_all(results: &[CellResult]) -> String {
-    fio_in(results, Flavour::Text, MetricSet::All)
+/// [`metric_table`] with every metric the cells recorded.
+pub fn metric_table_all(results: &[CellResult]) -> String {
+    metric_in(results, Flavour::Text, MetricSet::All)
 }
 
-fn fio_in(results: &[CellResult], flavour: Flavour, set: MetricSet) -> String {
-    match fio_rows(results, set) {
+fn metric_in(results: &[CellResult], flavour: Flavour, set: MetricSet) -> String {
+    match metric_rows(results, set) {
         Some((rows, groups, mixed)) => {
             let mut notes = footnotes(&groups, mixed);
             if set == MetricSet::Headline {
@@ -196,38 +203,23 @@ fn fio_in(results: &[CellResult], flavour: Flavour, set: MetricSet) -> String {
     }
 }
 
-/// bonnie++'s column groups: (title, [(metric key, column head)]).
-const BONNIE_COLUMNS: [(&str, &str, &str); 12] = [
-    ("Seq Output Per Chr", "seq_out_char_kps", "K/sec"),
-    ("", "seq_out_char_cpu_pct", "%CP"),
-    ("Seq Output Block", "seq_out_block_kps", "K/sec"),
-    ("", "seq_out_block_cpu_pct", "%CP"),
-    ("Seq Output Rewrite", "seq_out_rewrite_kps", "K/sec"),
-    ("", "seq_out_rewrite_cpu_pct", "%CP"),
-    ("Seq Input Per Chr", "seq_in_char_kps", "K/sec"),
-    ("", "seq_in_char_cpu_pct", "%CP"),
-    ("Seq Input Block", "seq_in_block_kps", "K/sec"),
-    ("", "seq_in_block_cpu_pct", "%CP"),
-    ("Random Seeks", "random_seeks_ps", "/sec"),
-    ("", "random_seeks_cpu_pct", "%CP"),
-];
-
-/// bonnie++ table rows (two header rows first).
-fn bonnie_rows<'a>(
+/// One per-cell table of `engine` (two header rows first), over its cells.
+fn per_cell_rows<'a>(
     results: &'a [CellResult],
-    columns: &[(&str, &str, &str)],
-    second: (&str, fn(&CellGroup<'_>) -> String),
+    engine: &Descriptor,
+    table: &CellTable,
 ) -> Option<(Vec<Vec<String>>, Vec<CellGroup<'a>>, bool)> {
     let groups: Vec<CellGroup<'a>> = group_by_cell(results)
         .into_iter()
-        .filter(|g| is_bonnie(g.repeats[0]))
+        .filter(|g| std::ptr::eq(self::engine(g.repeats[0]), engine))
         .collect();
     if groups.is_empty() {
         return None;
     }
+    let (second, second_key, second_fmt) = table.second;
     let mut head1 = vec!["".to_string(), "".to_string()];
-    let mut head2 = vec!["Cell".to_string(), second.0.to_string()];
-    for &(group, _, unit) in columns {
+    let mut head2 = vec!["Cell".to_string(), second.to_string()];
+    for &(group, _, unit) in table.columns {
         head1.push(group.into());
         head2.push(unit.into());
     }
@@ -236,11 +228,15 @@ fn bonnie_rows<'a>(
     let mut rows = vec![head1, head2];
     let mut mixed = false;
     for (g, title) in groups.iter().zip(column_titles(&groups)) {
-        let mut row = vec![title, (second.1)(g)];
-        for &(_, key, _) in columns {
+        let shown = match g.agg(second_key) {
+            Agg::Numbers { stats, .. } => second_fmt(stats.mean),
+            _ => "-".into(),
+        };
+        let mut row = vec![title, shown];
+        for &(_, key, _) in table.columns {
             let agg = g.agg(key);
             mixed |= matches!(agg, Agg::Numbers { too_fast, .. } if too_fast > 0);
-            let text = bonnie_fmt(&agg, key.ends_with("cpu_pct"));
+            let text = cell_fmt(&agg, key.ends_with("cpu_pct"));
             row.push(g.status_word().map_or(text, String::from));
         }
         row.push(g.outcome());
@@ -249,9 +245,9 @@ fn bonnie_rows<'a>(
     Some((rows, groups, mixed))
 }
 
-/// A figure as bonnie++ prints it: integers stay integers, fractions keep one decimal
-/// (`118.6` seeks), no thousands separators; `+++` for a too-fast %CP.
-fn bonnie_fmt(agg: &Agg, cpu: bool) -> String {
+/// A figure as a per-cell engine prints it (bonnie++): integers stay integers, fractions keep
+/// one decimal (`118.6` seeks), no thousands separators; `+++` for a too-fast %CP.
+fn cell_fmt(agg: &Agg, cpu: bool) -> String {
     let plain = |v: f64| {
         if v.fract() == 0.0 {
             format!("{v:.0}")
@@ -272,86 +268,57 @@ fn bonnie_fmt(agg: &Agg, cpu: bool) -> String {
     }
 }
 
-/// bonnie++'s `files` column (count in units of 1024), from the `file_count_k` metric.
-fn bonnie_files(g: &CellGroup<'_>) -> String {
-    match g.agg("file_count_k") {
-        Agg::Numbers { stats, .. } => format!("{}", stats.mean),
-        _ => "-".into(),
-    }
+/// The per-cell tables of every engine that has cells in `results`, by engine name, in
+/// [`ENGINES`] order; each table with its footnotes.
+fn per_cell_tables(results: &[CellResult], flavour: Flavour) -> Vec<(&'static str, Vec<String>)> {
+    ENGINES
+        .iter()
+        .filter_map(|e| Some((*e, e.table.cell_tables()?)))
+        .filter_map(|(e, tables)| {
+            let shown: Vec<String> = tables
+                .iter()
+                .filter_map(|t| per_cell_rows(results, e, t))
+                .map(|(rows, groups, mixed)| {
+                    format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
+                })
+                .collect();
+            (!shown.is_empty()).then_some((e.name, shown))
+        })
+        .collect()
 }
 
-/// The file size as bonnie++ prints it (`8G`, `64M`), from the `file_size_mib` metric.
-fn bonnie_size(g: &CellGroup<'_>) -> String {
-    match g.agg("file_size_mib") {
-        Agg::Numbers { stats, .. } if stats.mean >= 1024.0 && stats.mean % 1024.0 == 0.0 => {
-            format!("{}G", stats.mean / 1024.0)
-        }
-        Agg::Numbers { stats, .. } => format!("{}M", stats.mean.round()),
-        _ => "-".into(),
-    }
-}
-
-/// The bonnie++ seeds' table: one row per cell; Seq Output Per Chr/Block/Rewrite, Seq Input Per
-/// Chr/Block, Random Seeks, each K/sec (or /sec) and %CP; `+++++` where bonnie++ said so.
-pub fn bonnie_table(results: &[CellResult]) -> String {
-    bonnie_in(results, Flavour::Text)
-}
-
-/// bonnie++'s file-operation columns: (group title, metric key, column head).
-const BONNIE_FILE_COLUMNS: [(&str, &str, &str); 12] = [
-    ("Seq Create", "seq_create_ps", "/sec"),
-    ("", "seq_create_cpu_pct", "%CP"),
-    ("Seq Read", "seq_read_ps", "/sec"),
-    ("", "seq_read_cpu_pct", "%CP"),
-    ("Seq Delete", "seq_delete_ps", "/sec"),
-    ("", "seq_delete_cpu_pct", "%CP"),
-    ("Random Create", "random_create_ps", "/sec"),
-    ("", "random_create_cpu_pct", "%CP"),
-    ("Random Read", "random_read_ps", "/sec"),
-    ("", "random_read_cpu_pct", "%CP"),
-    ("Random Delete", "random_delete_ps", "/sec"),
-    ("", "random_delete_cpu_pct", "%CP"),
-];
-
-/// bonnie++'s second table: sequential and random create/read/delete, /sec and %CP.
-pub fn bonnie_files_table(results: &[CellResult]) -> String {
-    bonnie_files_in(results, Flavour::Text)
-}
-
-fn bonnie_files_in(results: &[CellResult], flavour: Flavour) -> String {
-    match bonnie_rows(results, &BONNIE_FILE_COLUMNS, ("Files", bonnie_files)) {
-        Some((rows, groups, mixed)) => {
-            format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
-        }
-        None => String::new(),
-    }
-}
-
-fn bonnie_in(results: &[CellResult], flavour: Flavour) -> String {
-    match bonnie_rows(results, &BONNIE_COLUMNS, ("Size", bonnie_size)) {
-        Some((rows, groups, mixed)) => {
-            format!("{}\n\n{}", render(rows, flavour), footnotes(&groups, mixed))
-        }
-        None => String::new(),
-    }
+/// The `n`th table of the engines laid out one row per cell (bonnie++'s seeds: 0 is Seq Output
+/// Per Chr/Block/Rewrite, Seq Input Per Chr/Block, Random Seeks, each K/sec or /sec and %CP,
+/// `+++++` where bonnie++ said so; 1 is sequential and random create/read/delete). Empty when
+/// there are no such cells.
+pub fn cell_table(results: &[CellResult], n: usize) -> String {
+    per_cell_tables(results, Flavour::Text)
+        .into_iter()
+        .filter_map(|(_, mut tables)| (n < tables.len()).then(|| tables.swap_remove(n)))
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }
 
 /// Both tables as a markdown document.
 pub fn markdown(results: &[CellResult]) -> String {
     let mut out = String::new();
-    let fio = fio_in(results, Flavour::Markdown, MetricSet::All);
-    if !fio.is_empty() {
-        out.push_str("## fio\n\n");
-        out.push_str(&fio);
+    let metrics = metric_in(results, Flavour::Markdown, MetricSet::All);
+    if !metrics.is_empty() {
+        let names: Vec<&str> = ENGINES
+            .iter()
+            .filter(|e| e.table.cell_tables().is_none())
+            .map(|e| e.name)
+            .collect();
+        out.push_str(&format!("## {}\n\n", names.join(", ")));
+        out.push_str(&metrics);
         out.push('\n');
     }
-    let bonnie = bonnie_in(results, Flavour::Markdown);
-    if !bonnie.is_empty() {
-        out.push_str("## bonnie++\n\n");
-        out.push_str(&bonnie);
-        out.push('\n');
-        out.push_str(&bonnie_files_in(results, Flavour::Markdown));
-        out.push('\n');
+    for (name, tables) in per_cell_tables(results, Flavour::Markdown) {
+        out.push_str(&format!("## {name}\n\n"));
+        for t in tables {
+            out.push_str(&t);
+            out.push('\n');
+        }
     }
     if out.is_empty() {
         out.push_str("No results.\n");
@@ -433,19 +400,19 @@ fn push_csv_row(out: &mut String, fields: &[String]) {
     out.push('\n');
 }
 
-/// The terminal report of a run: the fio table (metrics as rows, cells as columns) for fio cells,
-/// and bonnie++'s tables (one row per cell) for bonnie++ cells, each only when such cells exist.
-/// `set` chooses the fio table's rows.
+/// The terminal report of a run: the metric table (metrics as rows, cells as columns) for the
+/// cells of engines laid out so (fio), and the per-cell tables (one row per cell) of the others
+/// (bonnie++), each only when such cells exist; which is which is the engine's
+/// (`workload::TableKind`). `set` chooses the metric table's rows.
 pub fn text(results: &[CellResult], set: MetricSet) -> String {
-    let (bonnie, fio): (Vec<CellResult>, Vec<CellResult>) =
-        results.iter().cloned().partition(is_bonnie);
+    let (per_cell, by_metric): (Vec<CellResult>, Vec<CellResult>) =
+        results.iter().cloned().partition(cell_rows);
     let mut parts = Vec::new();
-    if !fio.is_empty() {
-        parts.push(fio_in(&fio, Flavour::Text, set));
+    if !by_metric.is_empty() {
+        parts.push(metric_in(&by_metric, Flavour::Text, set));
     }
-    if !bonnie.is_empty() {
-        parts.push(bonnie_table(&bonnie));
-        parts.push(bonnie_files_table(&bonnie));
+    for (_, tables) in per_cell_tables(&per_cell, Flavour::Text) {
+        parts.extend(tables);
     }
     parts.join("\n\n")
 }

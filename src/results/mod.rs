@@ -116,10 +116,6 @@ pub struct Provenance {
     pub libvirt: String,
     /// Guest kernel release.
     pub guest_kernel: String,
-    /// fio version inside the guest image.
-    pub fio: String,
-    /// bonnie++ version inside the guest image.
-    pub bonnie: String,
     /// Guest image identity (content hash).
     pub image: String,
     /// vmbench's own version and git revision.
@@ -136,6 +132,12 @@ pub struct Provenance {
     /// in results older than the field.
     #[serde(default)]
     pub jobs: String,
+    /// The workload engines' versions inside the guest image, by the engine's provenance key
+    /// (`workload::Descriptor::version`); empty when the image lacks the engine. Flattened: each
+    /// is a field of its own, as the fixed per-engine fields of older results were, so their
+    /// exports load and older builds read these.
+    #[serde(flatten)]
+    pub tools: BTreeMap<String, String>,
 }
 
 /// The record of one cell (one repeat).
@@ -297,5 +299,21 @@ mod tests {
         assert!(text.contains(r#""failure_kind":"storage_lost""#), "{text}");
         let back: RunRecord = serde_json::from_str(&text).unwrap();
         assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn engine_versions_load_from_and_are_written_as_their_own_fields() {
+        let rec: RunRecord = serde_json::from_str(OLD_RUN_JSON).unwrap();
+        let p = &rec.cells[0].provenance;
+        assert_eq!(p.tools["fio"], "fio-3.33");
+        assert_eq!(p.tools["bonnie"], "2.00a+nmu1");
+        assert_eq!(p.tools.len(), 2);
+        // Written back with the same keys an older build reads.
+        let again = serde_json::to_value(p).unwrap();
+        assert_eq!(again["fio"], "fio-3.33");
+        assert_eq!(again["bonnie"], "2.00a+nmu1");
+        assert!(again.get("tools").is_none(), "{again}");
+        let back: Provenance = serde_json::from_value(again).unwrap();
+        assert_eq!(&back, p);
     }
 }

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE runs (
@@ -100,6 +100,19 @@ const SCHEMA_V3: &str = "ALTER TABLE provenance ADD COLUMN io_limit TEXT NOT NUL
 /// Version 4: the storage server's version and the job definitions' hash ('' in older rows).
 const SCHEMA_V4: &str = "ALTER TABLE provenance ADD COLUMN storage_server TEXT NOT NULL DEFAULT '';
 ALTER TABLE provenance ADD COLUMN jobs TEXT NOT NULL DEFAULT '';";
+
+/// Version 5: the engines' versions as rows (engine key -> version) instead of one column per
+/// engine; the old columns' values become rows under their keys.
+const SCHEMA_V5: &str = "CREATE TABLE tools (
+    cell_row INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
+    tool     TEXT NOT NULL,
+    version  TEXT NOT NULL,
+    PRIMARY KEY (cell_row, tool)
+);
+INSERT INTO tools (cell_row, tool, version) SELECT cell_row, 'fio', fio FROM provenance;
+INSERT INTO tools (cell_row, tool, version) SELECT cell_row, 'bonnie', bonnie FROM provenance;
+ALTER TABLE provenance DROP COLUMN fio;
+ALTER TABLE provenance DROP COLUMN bonnie;";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -723,7 +736,7 @@ impl Store {
     fn load_provenance(&self, cell_row: i64) -> Result<Provenance, StoreError> {
         self.conn
             .query_row(
-                "SELECT host, host_kernel, cpu_model, qemu, libvirt, guest_kernel, fio, bonnie,
+                "SELECT host, host_kernel, cpu_model, qemu, libvirt, guest_kernel,
                     image, vmbench, io_limit, storage_server, jobs
                  FROM provenance WHERE cell_row = ?1",
                 [cell_row],
@@ -735,17 +748,33 @@ impl Store {
                         qemu: r.get(3)?,
                         libvirt: r.get(4)?,
                         guest_kernel: r.get(5)?,
-                        fio: r.get(6)?,
-                        bonnie: r.get(7)?,
-                        image: r.get(8)?,
-                        vmbench: r.get(9)?,
-                        io_limit: r.get(10)?,
-                        storage_server: r.get(11)?,
-                        jobs: r.get(12)?,
+                        image: r.get(6)?,
+                        vmbench: r.get(7)?,
+                        io_limit: r.get(8)?,
+                        storage_server: r.get(9)?,
+                        jobs: r.get(10)?,
+                        tools: BTreeMap::new(),
                     })
                 },
             )
             .ctx("loading provenance")
+            .and_then(|p| {
+                Ok(Provenance {
+                    tools: self.load_tools(cell_row)?,
+                    ..p
+                })
+            })
+    }
+
+    fn load_tools(&self, cell_row: i64) -> Result<BTreeMap<String, String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT tool, version FROM tools WHERE cell_row = ?1")
+            .ctx("loading tool versions")?;
+        let rows = stmt
+            .query_map([cell_row], |r| Ok((r.get(0)?, r.get(1)?)))
+            .ctx("loading tool versions")?;
+        rows.collect::<Result<_, _>>().ctx("loading tool versions")
     }
 }
 
@@ -928,8 +957,8 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
     let p = &c.provenance;
     tx.execute(
         "INSERT INTO provenance (cell_row, host, host_kernel, cpu_model, qemu, libvirt,
-            guest_kernel, fio, bonnie, image, vmbench, io_limit, storage_server, jobs)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            guest_kernel, image, vmbench, io_limit, storage_server, jobs)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             row,
             p.host,
@@ -938,8 +967,6 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
             p.qemu,
             p.libvirt,
             p.guest_kernel,
-            p.fio,
-            p.bonnie,
             p.image,
             p.vmbench,
             p.io_limit,
@@ -948,6 +975,13 @@ fn insert_children(tx: &Transaction<'_>, row: i64, c: &CellResult) -> Result<(),
         ],
     )
     .ctx("inserting provenance")?;
+    for (tool, version) in &p.tools {
+        tx.execute(
+            "INSERT INTO tools (cell_row, tool, version) VALUES (?1, ?2, ?3)",
+            params![row, tool, version],
+        )
+        .ctx(&format!("inserting {tool} version"))?;
+    }
     Ok(())
 }
 
@@ -1083,6 +1117,52 @@ mod tests {
         assert_eq!(run.cells[0].failure_kind, None);
         assert_eq!(run.cells[0].outcome, Outcome::Failed("job failed".into()));
         assert_eq!(run.cells[1].failure_kind, Some(FailureKind::StorageLost));
+        let v: i64 = store
+            .conn
+            .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_version_4_store_keeps_its_tool_versions_as_rows() {
+        // Made by the c66cf58 build (schema 4, fio and bonnie columns) with `vmbench import` of
+        // the two fixture runs below; its cells must load as those runs.
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v4.db");
+        std::fs::copy(format!("{fixtures}store-v4-c66cf58.db"), &path).unwrap();
+        let store = Store::open(&path).unwrap();
+        let seed: RunRecord = serde_json::from_str(include_str!(
+            "../../tests/fixtures/run-qemu-local-pgrandrw-bonnie.json"
+        ))
+        .unwrap();
+        let export: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/export-v1-default-matrix.json"
+        ))
+        .unwrap();
+        let default: RunRecord = serde_json::from_value(export["run"].clone()).unwrap();
+        for old in [seed, default] {
+            let run = store.load_run(&old.run_id).unwrap();
+            assert_eq!(run.cells.len(), old.cells.len());
+            for (new, old) in run.cells.iter().zip(&old.cells) {
+                assert_eq!(new.provenance, old.provenance);
+                assert_eq!(new.provenance.tools["fio"], "fio-3.33");
+                assert!(!new.provenance.tools["bonnie"].is_empty());
+            }
+        }
+        let mut c = cell(0, None);
+        c.provenance.tools = [
+            ("fio".into(), "fio-3.36".into()),
+            ("dd".into(), "9.4".into()),
+        ]
+        .into();
+        store.record_cell("20261203-101122-bb57", &c).unwrap();
+        let run = store.load_run("20261203-101122-bb57").unwrap();
+        assert_eq!(
+            run.cells.last().unwrap().provenance.tools,
+            c.provenance.tools
+        );
         let v: i64 = store
             .conn
             .query_row("SELECT version FROM schema_version", [], |r| r.get(0))

@@ -28,7 +28,7 @@ mod text;
 use crate::compare::broken::{self, BrokenCell};
 use crate::compare::provenance;
 use crate::compare::stats;
-use crate::compare::{HEADLINE_METRICS, MIX_CHECKS};
+use crate::compare::{is_headline_metric, MIX_CHECKS};
 use crate::results::{Better, CellResult, Outcome, Provenance, RunRecord, Value};
 use edivisive::{Detector, Found, Significance};
 use serde::Serialize;
@@ -52,7 +52,7 @@ pub struct TrendOptions {
     pub within_nights: usize,
     /// Significance test of the candidates.
     pub significance: Significance,
-    /// Metric keys given a series besides [`HEADLINE_METRICS`].
+    /// Metric keys given a series besides the headline ones ([`is_headline_metric`]).
     pub extra_metrics: Vec<String>,
 }
 
@@ -81,7 +81,7 @@ impl TrendOptions {
 
     fn is_series_metric(&self, key: &str) -> bool {
         !MIX_CHECKS.contains(&key)
-            && (HEADLINE_METRICS.contains(&key) || self.extra_metrics.iter().any(|k| k == key))
+            && (is_headline_metric(key) || self.extra_metrics.iter().any(|k| k == key))
     }
 
     /// One line saying how change points are found.

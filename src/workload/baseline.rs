@@ -38,17 +38,8 @@ const EFFICIENCY: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// The host's figures that are kept, with the `host_baseline_` prefix.
-const KEPT: [&str; 8] = [
-    "read_iops",
-    "write_iops",
-    "read_bw_mib_s",
-    "write_bw_mib_s",
-    "read_lat_mean_us",
-    "write_lat_mean_us",
-    "read_lat_p99_us",
-    "write_lat_p99_us",
-];
+/// The host's figures that are kept, with the `host_baseline_` prefix: the job's headline ones.
+const KEPT: [&str; 8] = fio::JOB_FIGURES;
 
 /// Runs the baseline. `job` and `prefill` are fio job texts with `{disk}` for the target; `guest`
 /// are the cell's guest-side metrics; `work` is a private directory for the job and its output.

@@ -5,7 +5,139 @@
 //! the chunk size (see bon_csv2txt). Rates are K/sec (per-char, block, rewrite) or /sec (seeks,
 //! file operations); `+++++`/`+++` mean "too fast to measure"; latencies carry a unit suffix.
 
+use super::engine::{
+    CellTable, Descriptor, EngineError, EngineParams, EnginePlan, Parsed, TableKind, WorkloadEngine,
+};
 use crate::results::{Better, Metric, Value};
+use std::collections::BTreeMap;
+use vmbench_proto::{Hello, Step, TEST_MOUNTPOINT};
+
+/// bonnie++ as the rest of vmbench knows it (see [`Descriptor`]).
+pub static ENGINE: Descriptor = Descriptor {
+    name: "bonnie++",
+    headline: &[
+        "seq_out_block_kps",
+        "seq_in_block_kps",
+        "seq_out_rewrite_kps",
+        "random_seeks_ps",
+    ],
+    stability: &["seq_out_block_kps", "seq_in_block_kps"],
+    verdict_family: |_| FACTS,
+    verdict_keys: FACTS,
+    table: TableKind::CellRows(&[
+        CellTable {
+            second: ("Size", "file_size_mib", size_as_printed),
+            columns: &BLOCK_COLUMNS,
+        },
+        CellTable {
+            second: ("Files", "file_count_k", |k| format!("{k}")),
+            columns: &FILE_COLUMNS,
+        },
+    ]),
+    version: ("bonnie", |h: &Hello| h.bonnie_version.as_deref()),
+    step_name: |s| matches!(s, Step::Bonnie { .. }).then_some("bonnie++"),
+    // It prints no status line while it runs.
+    live: |_| None,
+};
+
+/// bonnie++ on the test filesystem.
+#[derive(Debug, Clone, Copy)]
+pub struct Bonnie;
+
+impl WorkloadEngine for Bonnie {
+    fn descriptor(&self) -> &'static Descriptor {
+        &ENGINE
+    }
+
+    fn needs_filesystem(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
+        if !p.overrides.is_empty() {
+            return Err(EngineError::OverridesRefused("bonnie++"));
+        }
+        let args = default_args(p.memory_mib, TEST_MOUNTPOINT, p.bonnie_files, "vmbench");
+        Ok(EnginePlan {
+            // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
+            disk_bytes: (p.disk_mib << 20).max((p.memory_mib * 3) << 20),
+            prep: vec![],
+            job_files: vec![("bonnie.args", args.join("\n") + "\n")],
+            measure: vec![
+                Step::DropCaches,
+                Step::Bonnie {
+                    args,
+                    output_name: "bonnie.txt".into(),
+                },
+            ],
+            window: (0, 1),
+            baseline_job: None,
+            prefill_job: None,
+        })
+    }
+
+    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
+        let text = artifacts
+            .get("bonnie.txt")
+            .ok_or(EngineError::MissingArtifact {
+                engine: "bonnie++",
+                what: "output",
+            })?;
+        let line = find_csv_line(text).ok_or(EngineError::BonnieNoCsv)?;
+        let run = parse_csv(line).map_err(EngineError::BonnieOutput)?;
+        Ok(Parsed {
+            metrics: metrics(&run),
+            samples: BTreeMap::new(),
+            measured_secs: None,
+        })
+    }
+}
+
+/// The seeds' first table: Seq Output Per Chr/Block/Rewrite, Seq Input Per Chr/Block, Random
+/// Seeks, each K/sec (or /sec) and %CP.
+const BLOCK_COLUMNS: [(&str, &str, &str); 12] = [
+    ("Seq Output Per Chr", "seq_out_char_kps", "K/sec"),
+    ("", "seq_out_char_cpu_pct", "%CP"),
+    ("Seq Output Block", "seq_out_block_kps", "K/sec"),
+    ("", "seq_out_block_cpu_pct", "%CP"),
+    ("Seq Output Rewrite", "seq_out_rewrite_kps", "K/sec"),
+    ("", "seq_out_rewrite_cpu_pct", "%CP"),
+    ("Seq Input Per Chr", "seq_in_char_kps", "K/sec"),
+    ("", "seq_in_char_cpu_pct", "%CP"),
+    ("Seq Input Block", "seq_in_block_kps", "K/sec"),
+    ("", "seq_in_block_cpu_pct", "%CP"),
+    ("Random Seeks", "random_seeks_ps", "/sec"),
+    ("", "random_seeks_cpu_pct", "%CP"),
+];
+
+/// The seeds' second table: sequential and random create/read/delete, /sec and %CP (the
+/// second column is the file count, in units of 1024).
+const FILE_COLUMNS: [(&str, &str, &str); 12] = [
+    ("Seq Create", "seq_create_ps", "/sec"),
+    ("", "seq_create_cpu_pct", "%CP"),
+    ("Seq Read", "seq_read_ps", "/sec"),
+    ("", "seq_read_cpu_pct", "%CP"),
+    ("Seq Delete", "seq_delete_ps", "/sec"),
+    ("", "seq_delete_cpu_pct", "%CP"),
+    ("Random Create", "random_create_ps", "/sec"),
+    ("", "random_create_cpu_pct", "%CP"),
+    ("Random Read", "random_read_ps", "/sec"),
+    ("", "random_read_cpu_pct", "%CP"),
+    ("Random Delete", "random_delete_ps", "/sec"),
+    ("", "random_delete_cpu_pct", "%CP"),
+];
+
+/// The file size as bonnie++ prints it (`8G`, `64M`), from MiB.
+fn size_as_printed(mib: f64) -> String {
+    if mib >= 1024.0 && mib % 1024.0 == 0.0 {
+        format!("{}G", mib / 1024.0)
+    } else {
+        format!("{}M", mib.round())
+    }
+}
+
+/// Its facts: block output, block input and seek rates.
+const FACTS: &[&str] = &["seq_out_block_kps", "seq_in_block_kps", "random_seeks_ps"];
 
 /// Why a bonnie++ CSV line could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -1,17 +1,19 @@
 //! What a cell asks of its workload's engine: the guest steps, the job files kept with the
-//! result, the artifacts to parse, the live status line, the host-baseline job. The cell
-//! pipeline (`matrix::cell_run`) knows only this trait; adding an engine means implementing it
-//! here and giving it a row in the preset table (`super::PRESETS`).
+//! result, the artifacts to parse, the live status line, the host-baseline job
+//! ([`WorkloadEngine`], one value per preset); and what the rest of vmbench knows about an
+//! engine whatever job it runs ([`Descriptor`], one static per engine in its own file, listed
+//! in [`ENGINES`]): step names, the status-line parser, tool versions, headline and stability
+//! metrics, verdict facts, report table. The cell pipeline, compare, repeat and the reports ask
+//! these; adding an engine means a file here, a row in [`ENGINES`] and rows in the preset table
+//! (`super::PRESETS`).
 
 use super::{bonnie, fio};
+use crate::cell::WorkloadId;
 use crate::results::Metric;
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::PathBuf;
-use vmbench_proto::{Step, TEST_MOUNTPOINT};
-
-/// Prefix of fio's per-second log files (the artifacts `vmbench_iops.1.log`, ...).
-pub const LOG_PREFIX: &str = "vmbench";
+use vmbench_proto::{Hello, Step};
 
 /// What an engine needs from the run's configuration and the cell.
 #[derive(Debug, Clone)]
@@ -41,18 +43,6 @@ pub struct EngineParams<'a> {
     pub time_series: bool,
     /// The engine's once-a-second status line, for the live display.
     pub live_status: bool,
-}
-
-impl EngineParams<'_> {
-    /// fio's extra arguments for a timed step: no status line when nobody reads it.
-    fn fio_args(&self) -> Vec<String> {
-        if self.live_status {
-            vec![]
-        } else {
-            // After the agent's own --eta=always: fio keeps the last one.
-            vec!["--eta=never".into()]
-        }
-    }
 }
 
 /// The engine's part of a cell: steps, sizes, host window, files.
@@ -95,6 +85,71 @@ pub struct LiveIops {
     /// Write IOPS.
     pub write: u64,
 }
+
+/// How a report lays out an engine's results.
+#[derive(Debug, Clone, Copy)]
+pub enum TableKind {
+    /// Metrics as rows, one column per cell (the fio seed's layout).
+    MetricRows,
+    /// One row per cell, the engine's figures as column groups (the bonnie++ seeds' layout):
+    /// these tables, in order.
+    CellRows(&'static [CellTable]),
+}
+
+impl TableKind {
+    /// The per-cell tables, or `None` for metrics as rows.
+    pub fn cell_tables(self) -> Option<&'static [CellTable]> {
+        match self {
+            TableKind::MetricRows => None,
+            TableKind::CellRows(t) => Some(t),
+        }
+    }
+}
+
+/// One table of an engine laid out one row per cell.
+#[derive(Debug)]
+pub struct CellTable {
+    /// The column after the cell's name: its head, the metric it shows, and how that metric's
+    /// mean is printed.
+    pub second: (&'static str, &'static str, fn(f64) -> String),
+    /// The figures' columns: (group title, empty for the group's further columns; metric key;
+    /// column head).
+    pub columns: &'static [(&'static str, &'static str, &'static str)],
+}
+
+/// What vmbench knows about an engine whatever job it runs: one static per engine (in the
+/// engine's own file), listed in [`ENGINES`]. Compare, repeat, the reports and the cell
+/// pipeline read these lists instead of keeping their own.
+pub struct Descriptor {
+    /// The engine's name as users know it ("fio", "bonnie++").
+    pub name: &'static str,
+    /// The metrics a reader looks at first, in report order.
+    pub headline: &'static [&'static str],
+    /// The figures whose spread decides `--repeat auto` (a direction with no I/O is left out).
+    pub stability: &'static [&'static str],
+    /// The verdict family of a workload: one key per independent fact (see
+    /// `compare::family_keys`).
+    pub verdict_family: fn(&WorkloadId) -> &'static [&'static str],
+    /// Every key of any of its verdict families (the series `trend` keeps).
+    pub verdict_keys: &'static [&'static str],
+    /// How reports lay out its results.
+    pub table: TableKind,
+    /// The key of its version in a result's provenance, and the version the guest reported.
+    pub version: (&'static str, fn(&Hello) -> Option<&str>),
+    /// The name of one of its guest steps, `None` for a step that is not its own.
+    pub step_name: fn(&Step) -> Option<&'static str>,
+    /// Live IOPS from a status line it printed, `None` for a line that is not its status line.
+    pub live: fn(&str) -> Option<LiveIops>,
+}
+
+impl std::fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Every engine this build runs.
+pub static ENGINES: &[&Descriptor] = &[&fio::ENGINE, &bonnie::ENGINE];
 
 /// Why an engine could not plan or parse.
 #[derive(Debug, thiserror::Error)]
@@ -153,15 +208,19 @@ pub enum EngineError {
 
 /// An I/O engine as the cell pipeline uses it.
 pub trait WorkloadEngine: Send + Sync {
+    /// What vmbench knows about the engine whatever the job.
+    fn descriptor(&self) -> &'static Descriptor;
     /// The engine's name ("fio", "bonnie++").
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.descriptor().name
+    }
     /// Steps, sizes, window and job files for one cell.
     fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError>;
     /// Metrics, per-second samples and measured seconds from the measurement's artifacts.
     fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError>;
     /// Live IOPS from a status line the engine printed while running, if it prints any.
-    fn live_iops(&self, _line: &str) -> Option<LiveIops> {
-        None
+    fn live_iops(&self, line: &str) -> Option<LiveIops> {
+        (self.descriptor().live)(line)
     }
     /// True when the engine measures a filesystem (a raw layout then gets ext4).
     fn needs_filesystem(&self) -> bool {
@@ -187,220 +246,12 @@ impl Deref for EngineHandle {
     }
 }
 
-/// Where a fio job comes from.
-#[derive(Debug, Clone)]
-pub enum FioJob {
-    /// A preset's text with `{runtime}`, `{ramp}`, `{size}`, `{disk}`.
-    Preset(&'static str),
-    /// A user job file (keeps its own ramp_time; gets no warm-up step).
-    File(PathBuf),
-}
-
-/// fio with one job.
-#[derive(Debug, Clone)]
-pub struct Fio {
-    /// The job.
-    pub job: FioJob,
-}
-
-impl Fio {
-    /// A preset's engine.
-    pub const fn preset(job: &'static str) -> Fio {
-        Fio {
-            job: FioJob::Preset(job),
-        }
-    }
-
-    /// The job with `{disk}`; a preset runs `secs` seconds with `ramp` seconds of ramp_time.
-    fn job_text(&self, p: &EngineParams<'_>, secs: u32, ramp: u32) -> Result<String, EngineError> {
-        match &self.job {
-            FioJob::Preset(job) => Ok(p
-                .overrides
-                .apply(&fio::render_preset(job, secs, ramp, p.size))),
-            FioJob::File(_) if !p.overrides.is_empty() => {
-                Err(EngineError::OverridesRefused("a fio job file"))
-            }
-            FioJob::File(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| EngineError::JobFileRead {
-                        path: path.clone(),
-                        source,
-                    })?;
-                let job = fio::check_user_job(&text).map_err(|source| EngineError::JobFile {
-                    path: path.clone(),
-                    source,
-                })?;
-                Ok(job.text)
-            }
-        }
-    }
-
-    /// A preset's warm-up as its own step: the same job for `ramp` seconds. The host window
-    /// then starts exactly when the warm-up ends, so QMP's counts match fio's (fio's in-job
-    /// ramp_time ends at a moment the host cannot see). Job files keep their own ramp_time.
-    fn ramp_step(&self, p: &EngineParams<'_>) -> Option<Step> {
-        let FioJob::Preset(job) = &self.job else {
-            return None;
-        };
-        (p.ramp > 0).then(|| Step::Fio {
-            job_text: p
-                .overrides
-                .apply(&fio::render_preset(job, p.ramp, 0, p.size))
-                .replace("{disk}", p.target),
-            args: p.fio_args(),
-            output_name: "ramp.json".into(),
-            log_prefix: None,
-        })
-    }
-}
-
-/// One sequential pass over the test area, so the measurement never hits first allocation.
-pub fn prefill_job(target: &str, size: &str) -> String {
-    format!(
-        "[prefill]\nfilename={target}\nsize={size}\nrw=write\nbs=1M\niodepth=8\nioengine=libaio\ndirect=1\n"
-    )
-}
-
-impl WorkloadEngine for Fio {
-    fn name(&self) -> &'static str {
-        "fio"
-    }
-
-    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
-        let disk_bytes = p.disk_mib << 20;
-        if p.size_bytes > disk_bytes {
-            return Err(EngineError::SizeTooLarge {
-                size: p.size.to_string(),
-                disk_mib: p.disk_mib,
-            });
-        }
-        let mut plan = EnginePlan {
-            disk_bytes,
-            window: (0, 1),
-            prefill_job: Some(prefill_job("{disk}", p.size)),
-            baseline_job: Some(self.job_text(p, p.runtime, p.ramp)?),
-            ..EnginePlan::default()
-        };
-        if p.prefill {
-            plan.prep.push(Step::Fio {
-                job_text: prefill_job(p.target, p.size),
-                args: vec![],
-                output_name: "prefill.json".into(),
-                log_prefix: None,
-            });
-        }
-        plan.measure.push(Step::DropCaches);
-        if let Some(ramp) = self.ramp_step(p) {
-            if let Step::Fio { job_text, .. } = &ramp {
-                plan.job_files.push(("ramp.fio", job_text.clone()));
-            }
-            plan.measure.push(ramp);
-            plan.window = (1, 2);
-        }
-        let job = self.job_text(p, p.runtime, 0)?.replace("{disk}", p.target);
-        let (job_text, log_prefix) = if p.time_series {
-            (
-                fio::with_log_options(&job, LOG_PREFIX),
-                Some(LOG_PREFIX.into()),
-            )
-        } else {
-            (job, None)
-        };
-        plan.job_files.push(("job.fio", job_text.clone()));
-        plan.measure.push(Step::Fio {
-            job_text,
-            args: p.fio_args(),
-            output_name: "fio.json".into(),
-            log_prefix,
-        });
-        Ok(plan)
-    }
-
-    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
-        let text = artifacts
-            .get("fio.json")
-            .ok_or(EngineError::MissingArtifact {
-                engine: "fio",
-                what: "JSON output",
-            })?;
-        let run = fio::parse(text).map_err(EngineError::FioOutput)?;
-        let logs: Vec<(String, String)> = artifacts
-            .iter()
-            .filter(|(n, _)| n.starts_with(LOG_PREFIX))
-            .map(|(n, t)| (n.clone(), t.clone()))
-            .collect();
-        // The host window also holds the job's own ramp_time, which fio leaves out.
-        let ms = run.read.runtime_ms.max(run.write.runtime_ms) + run.ramp_ms;
-        let mut metrics = fio::metrics(&run);
-        metrics.extend(fio::io_counts(&run));
-        Ok(Parsed {
-            metrics,
-            samples: fio::samples_from_logs(&logs),
-            measured_secs: (ms > 0).then_some(ms as f64 / 1000.0),
-        })
-    }
-
-    fn live_iops(&self, line: &str) -> Option<LiveIops> {
-        fio::parse_eta(line).map(|(read, write)| LiveIops { read, write })
-    }
-}
-
-/// bonnie++ on the test filesystem.
-#[derive(Debug, Clone, Copy)]
-pub struct Bonnie;
-
-impl WorkloadEngine for Bonnie {
-    fn name(&self) -> &'static str {
-        "bonnie++"
-    }
-
-    fn needs_filesystem(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
-        if !p.overrides.is_empty() {
-            return Err(EngineError::OverridesRefused("bonnie++"));
-        }
-        let args = bonnie::default_args(p.memory_mib, TEST_MOUNTPOINT, p.bonnie_files, "vmbench");
-        Ok(EnginePlan {
-            // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
-            disk_bytes: (p.disk_mib << 20).max((p.memory_mib * 3) << 20),
-            prep: vec![],
-            job_files: vec![("bonnie.args", args.join("\n") + "\n")],
-            measure: vec![
-                Step::DropCaches,
-                Step::Bonnie {
-                    args,
-                    output_name: "bonnie.txt".into(),
-                },
-            ],
-            window: (0, 1),
-            baseline_job: None,
-            prefill_job: None,
-        })
-    }
-
-    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
-        let text = artifacts
-            .get("bonnie.txt")
-            .ok_or(EngineError::MissingArtifact {
-                engine: "bonnie++",
-                what: "output",
-            })?;
-        let line = bonnie::find_csv_line(text).ok_or(EngineError::BonnieNoCsv)?;
-        let run = bonnie::parse_csv(line).map_err(EngineError::BonnieOutput)?;
-        Ok(Parsed {
-            metrics: bonnie::metrics(&run),
-            samples: BTreeMap::new(),
-            measured_secs: None,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bonnie::Bonnie;
+    use fio::{Fio, FioJob, LOG_PREFIX};
+    use vmbench_proto::TEST_MOUNTPOINT;
 
     static NO_OVERRIDES: fio::FioOverrides = fio::FioOverrides {
         bs: None,

@@ -5,10 +5,263 @@
 //! from fio is untrusted: a missing field, a negative or non-finite number is an error, never a
 //! panic and never a silent zero.
 
+use super::engine::{
+    Descriptor, EngineError, EngineParams, EnginePlan, LiveIops, Parsed, TableKind, WorkloadEngine,
+};
+use crate::cell::WorkloadId;
 use crate::results::{Better, Metric, Value};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use vmbench_proto::{Hello, Step};
+
+/// fio as the rest of vmbench knows it (see [`Descriptor`]).
+pub static ENGINE: Descriptor = Descriptor {
+    name: "fio",
+    // Throughput, latency, then what the job's I/O cost the host and the storage server.
+    headline: &[
+        JOB_FIGURES[0],
+        JOB_FIGURES[1],
+        JOB_FIGURES[2],
+        JOB_FIGURES[3],
+        JOB_FIGURES[4],
+        JOB_FIGURES[5],
+        JOB_FIGURES[6],
+        JOB_FIGURES[7],
+        "host_qemu_cpu_pct",
+        "storage_server_cpu_pct",
+        "storage_server_peak_rss_mib",
+    ],
+    stability: &["read_iops", "write_iops"],
+    verdict_family,
+    verdict_keys: &[
+        RANDOM_FACTS[0],
+        RANDOM_FACTS[1],
+        SEQUENTIAL_FACTS[0],
+        SEQUENTIAL_FACTS[1],
+        LATENCY_FACTS[0],
+        LATENCY_FACTS[1],
+        LATENCY_FACTS[2],
+        LATENCY_FACTS[3],
+    ],
+    table: TableKind::MetricRows,
+    version: ("fio", |h: &Hello| h.fio_version.as_deref()),
+    step_name: |s| matches!(s, Step::Fio { .. }).then_some("fio"),
+    live: |line| parse_eta(line).map(|(read, write)| LiveIops { read, write }),
+};
+
+/// Prefix of fio's per-second log files (the artifacts `vmbench_iops.1.log`, ...).
+pub const LOG_PREFIX: &str = "vmbench";
+
+impl EngineParams<'_> {
+    /// fio's extra arguments for a timed step: no status line when nobody reads it.
+    pub(super) fn fio_args(&self) -> Vec<String> {
+        if self.live_status {
+            vec![]
+        } else {
+            // After the agent's own --eta=always: fio keeps the last one.
+            vec!["--eta=never".into()]
+        }
+    }
+}
+
+/// Where a fio job comes from.
+#[derive(Debug, Clone)]
+pub enum FioJob {
+    /// A preset's text with `{runtime}`, `{ramp}`, `{size}`, `{disk}`.
+    Preset(&'static str),
+    /// A user job file (keeps its own ramp_time; gets no warm-up step).
+    File(PathBuf),
+}
+
+/// fio with one job.
+#[derive(Debug, Clone)]
+pub struct Fio {
+    /// The job.
+    pub job: FioJob,
+}
+
+impl Fio {
+    /// A preset's engine.
+    pub const fn preset(job: &'static str) -> Fio {
+        Fio {
+            job: FioJob::Preset(job),
+        }
+    }
+
+    /// The job with `{disk}`; a preset runs `secs` seconds with `ramp` seconds of ramp_time.
+    fn job_text(&self, p: &EngineParams<'_>, secs: u32, ramp: u32) -> Result<String, EngineError> {
+        match &self.job {
+            FioJob::Preset(job) => Ok(p.overrides.apply(&render_preset(job, secs, ramp, p.size))),
+            FioJob::File(_) if !p.overrides.is_empty() => {
+                Err(EngineError::OverridesRefused("a fio job file"))
+            }
+            FioJob::File(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| EngineError::JobFileRead {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let job = check_user_job(&text).map_err(|source| EngineError::JobFile {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(job.text)
+            }
+        }
+    }
+
+    /// A preset's warm-up as its own step: the same job for `ramp` seconds. The host window
+    /// then starts exactly when the warm-up ends, so QMP's counts match fio's (fio's in-job
+    /// ramp_time ends at a moment the host cannot see). Job files keep their own ramp_time.
+    fn ramp_step(&self, p: &EngineParams<'_>) -> Option<Step> {
+        let FioJob::Preset(job) = &self.job else {
+            return None;
+        };
+        (p.ramp > 0).then(|| Step::Fio {
+            job_text: p
+                .overrides
+                .apply(&render_preset(job, p.ramp, 0, p.size))
+                .replace("{disk}", p.target),
+            args: p.fio_args(),
+            output_name: "ramp.json".into(),
+            log_prefix: None,
+        })
+    }
+}
+
+/// One sequential pass over the test area, so the measurement never hits first allocation.
+pub fn prefill_job(target: &str, size: &str) -> String {
+    format!(
+        "[prefill]\nfilename={target}\nsize={size}\nrw=write\nbs=1M\niodepth=8\nioengine=libaio\ndirect=1\n"
+    )
+}
+
+impl WorkloadEngine for Fio {
+    fn descriptor(&self) -> &'static Descriptor {
+        &ENGINE
+    }
+
+    fn plan(&self, p: &EngineParams<'_>) -> Result<EnginePlan, EngineError> {
+        let disk_bytes = p.disk_mib << 20;
+        if p.size_bytes > disk_bytes {
+            return Err(EngineError::SizeTooLarge {
+                size: p.size.to_string(),
+                disk_mib: p.disk_mib,
+            });
+        }
+        let mut plan = EnginePlan {
+            disk_bytes,
+            window: (0, 1),
+            prefill_job: Some(prefill_job("{disk}", p.size)),
+            baseline_job: Some(self.job_text(p, p.runtime, p.ramp)?),
+            ..EnginePlan::default()
+        };
+        if p.prefill {
+            plan.prep.push(Step::Fio {
+                job_text: prefill_job(p.target, p.size),
+                args: vec![],
+                output_name: "prefill.json".into(),
+                log_prefix: None,
+            });
+        }
+        plan.measure.push(Step::DropCaches);
+        if let Some(ramp) = self.ramp_step(p) {
+            if let Step::Fio { job_text, .. } = &ramp {
+                plan.job_files.push(("ramp.fio", job_text.clone()));
+            }
+            plan.measure.push(ramp);
+            plan.window = (1, 2);
+        }
+        let job = self.job_text(p, p.runtime, 0)?.replace("{disk}", p.target);
+        let (job_text, log_prefix) = if p.time_series {
+            (with_log_options(&job, LOG_PREFIX), Some(LOG_PREFIX.into()))
+        } else {
+            (job, None)
+        };
+        plan.job_files.push(("job.fio", job_text.clone()));
+        plan.measure.push(Step::Fio {
+            job_text,
+            args: p.fio_args(),
+            output_name: "fio.json".into(),
+            log_prefix,
+        });
+        Ok(plan)
+    }
+
+    fn parse(&self, artifacts: &BTreeMap<String, String>) -> Result<Parsed, EngineError> {
+        let text = artifacts
+            .get("fio.json")
+            .ok_or(EngineError::MissingArtifact {
+                engine: "fio",
+                what: "JSON output",
+            })?;
+        let run = parse(text).map_err(EngineError::FioOutput)?;
+        let logs: Vec<(String, String)> = artifacts
+            .iter()
+            .filter(|(n, _)| n.starts_with(LOG_PREFIX))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        // The host window also holds the job's own ramp_time, which fio leaves out.
+        let ms = run.read.runtime_ms.max(run.write.runtime_ms) + run.ramp_ms;
+        let mut metrics = metrics(&run);
+        metrics.extend(io_counts(&run));
+        Ok(Parsed {
+            metrics,
+            samples: samples_from_logs(&logs),
+            measured_secs: (ms > 0).then_some(ms as f64 / 1000.0),
+        })
+    }
+}
+
+/// The job's own headline figures: throughput and latency per direction, in report order (the
+/// host baseline keeps these of the host's run).
+pub const JOB_FIGURES: [&str; 8] = [
+    "read_iops",
+    "write_iops",
+    "read_bw_mib_s",
+    "write_bw_mib_s",
+    "read_lat_mean_us",
+    "read_lat_p99_us",
+    "write_lat_mean_us",
+    "write_lat_p99_us",
+];
+
+const LATENCY_FACTS: [&str; 4] = [
+    "read_lat_mean_us",
+    "write_lat_mean_us",
+    "read_lat_p99_us",
+    "write_lat_p99_us",
+];
+
+/// A random job's facts: IOPS (bandwidth is IOPS x block size, its derived twin) and latency.
+const RANDOM_FACTS: [&str; 6] = [
+    "read_iops",
+    "write_iops",
+    LATENCY_FACTS[0],
+    LATENCY_FACTS[1],
+    LATENCY_FACTS[2],
+    LATENCY_FACTS[3],
+];
+
+/// A sequential job's facts: bandwidth (IOPS is bandwidth / block, its twin) and latency.
+const SEQUENTIAL_FACTS: [&str; 6] = [
+    "read_bw_mib_s",
+    "write_bw_mib_s",
+    LATENCY_FACTS[0],
+    LATENCY_FACTS[1],
+    LATENCY_FACTS[2],
+    LATENCY_FACTS[3],
+];
+
+/// Sequential presets (`seq-*`) are judged on bandwidth; the random ones and user job files on
+/// IOPS.
+fn verdict_family(w: &WorkloadId) -> &'static [&'static str] {
+    match w {
+        WorkloadId::Preset(p) if p.starts_with("seq-") => &SEQUENTIAL_FACTS,
+        _ => &RANDOM_FACTS,
+    }
+}
 
 /// Why fio output could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,8 @@
 //! Workloads: the I/O engine jobs a cell runs in the guest. Presets mirror the seeds' engines and
-//! parameters; `file:PATH` takes a user fio job file. Engine output parsers live beside them
-//! (`fio.rs`: fio's JSON; `bonnie.rs`: bonnie++'s CSV).
+//! parameters; `file:PATH` takes a user fio job file. Each engine is one file (`fio.rs`,
+//! `bonnie.rs`): its descriptor, its [`WorkloadEngine`] and its output parser; `engine.rs` holds
+//! the trait, the descriptor type and the table of engines. Everything outside this folder asks
+//! the functions below (or a [`Descriptor`]) instead of naming an engine.
 
 pub mod baseline;
 pub mod bonnie;
@@ -8,10 +10,13 @@ pub mod engine;
 pub mod fio;
 
 use crate::cell::{UnknownValue, WorkloadId};
+pub use bonnie::Bonnie;
 pub use engine::{
-    Bonnie, EngineError, EngineHandle, EngineParams, EnginePlan, Fio, FioJob, LiveIops, Parsed,
-    WorkloadEngine,
+    CellTable, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, LiveIops, Parsed,
+    TableKind, WorkloadEngine, ENGINES,
 };
+pub use fio::{Fio, FioJob};
+use std::collections::BTreeMap;
 
 /// A built-in workload.
 #[derive(Clone, Copy)]
@@ -152,6 +157,16 @@ pub fn mounted_device<'a>(tails: impl IntoIterator<Item = &'a str>) -> Option<(S
     })
 }
 
+/// Where a cell's engine does its I/O: the raw device (`{disk}`), or a file in the test
+/// filesystem the layout step mounted (`{dir}`).
+pub fn io_target(mounted: bool) -> &'static str {
+    if mounted {
+        "{dir}/vmbench.fio"
+    } else {
+        "{disk}"
+    }
+}
+
 /// The preset with this name.
 pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
@@ -177,7 +192,8 @@ pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
 /// Whether `w` is a built-in fio preset, the only workload whose fio parameters a sweep
 /// (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) may override.
 pub fn is_fio_preset(w: &WorkloadId) -> bool {
-    matches!(w, WorkloadId::Preset(n) if preset(n).is_some_and(|p| p.engine.name() == "fio"))
+    matches!(w, WorkloadId::Preset(n)
+        if preset(n).is_some_and(|p| std::ptr::eq(p.engine.descriptor(), &fio::ENGINE)))
 }
 
 /// The engine a workload runs: its preset's, or fio with the user's job file.
@@ -190,6 +206,159 @@ pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
             job: FioJob::File(path.clone()),
         }))),
     }
+}
+
+/// Sweep values (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) for a workload that takes none:
+/// a job file's author owns them, and only fio has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepsRefused {
+    /// The sweep flags given.
+    pub flags: Vec<&'static str>,
+    /// The first workload that refuses them.
+    pub workload: WorkloadId,
+}
+
+impl std::fmt::Display for SweepsRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = &self.workload;
+        let what = match w {
+            WorkloadId::FioFile(_) => "a fio job file, whose author owns those values",
+            WorkloadId::Preset(_) => "not a fio job (bonnie++ has no such parameters)",
+        };
+        write!(
+            f,
+            "{} override a fio preset's parameters, but workload '{w}' is {what}: sweep presets \
+             only ({}), or put the values in your job file",
+            self.flags.join("/"),
+            presets_of(&fio::ENGINE).join(", "),
+        )
+    }
+}
+
+impl std::error::Error for SweepsRefused {}
+
+/// Refuses sweep `flags` (none given: nothing to refuse) unless every workload is a built-in
+/// fio preset.
+pub fn check_sweeps(
+    flags: Vec<&'static str>,
+    workloads: &[WorkloadId],
+) -> Result<(), SweepsRefused> {
+    match workloads.iter().find(|w| !is_fio_preset(w)) {
+        Some(w) if !flags.is_empty() => Err(SweepsRefused {
+            flags,
+            workload: w.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The engine of user job files (`file:PATH`).
+const JOB_FILE_ENGINE: &Descriptor = &fio::ENGINE;
+
+/// The descriptor of a workload's engine. A preset this build does not know (a result from an
+/// older build) reads as a job file, as it always has.
+pub fn descriptor(w: &WorkloadId) -> &'static Descriptor {
+    match w {
+        WorkloadId::Preset(name) => preset(name).map_or(JOB_FILE_ENGINE, |p| p.engine.descriptor()),
+        WorkloadId::FioFile(_) => JOB_FILE_ENGINE,
+    }
+}
+
+/// The name of a guest step, as failures quote it.
+pub fn step_name(s: &vmbench_proto::Step) -> &'static str {
+    use vmbench_proto::Step;
+    match s {
+        Step::DropCaches => "drop caches",
+        Step::Mkfs { .. } => "mkfs",
+        Step::MountVirtiofs { .. } => "mount virtiofs",
+        Step::Sysrq { .. } => "sysrq",
+        engine_step => ENGINES
+            .iter()
+            .find_map(|e| (e.step_name)(engine_step))
+            .unwrap_or("engine"),
+    }
+}
+
+/// Whether a status line shows the engine moving (the stall watchdog's sign of life): an
+/// engine's status line with a non-zero rate. A line that is no engine's status line is new
+/// output, so it counts too.
+pub fn shows_progress(line: &str) -> bool {
+    ENGINES
+        .iter()
+        .find_map(|e| (e.live)(line))
+        .is_none_or(|l| l.read + l.write > 0)
+}
+
+/// The engines' versions the guest reported, by provenance key (a result's `tools`); an engine
+/// missing from the image has an empty version.
+pub fn tool_versions(hello: &vmbench_proto::Hello) -> BTreeMap<String, String> {
+    ENGINES
+        .iter()
+        .map(|e| {
+            let (key, version) = e.version;
+            (
+                key.to_string(),
+                version(hello).unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The tool keys to show for some provenances: this build's engines always (empty where not
+/// recorded), in [`ENGINES`] order, then any other key they hold (an engine of another build),
+/// by key.
+pub fn tool_keys<'a>(
+    tools: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+) -> Vec<&'a str> {
+    let mut keys: Vec<&'a str> = ENGINES.iter().map(|e| e.version.0).collect();
+    let mut other: Vec<&'a str> = tools
+        .into_iter()
+        .flat_map(|t| t.keys().map(String::as_str))
+        .filter(|k| !keys.contains(k))
+        .collect();
+    other.sort_unstable();
+    other.dedup();
+    keys.extend(other);
+    keys
+}
+
+/// The engine name of a tool key, as users read it (`bonnie` is bonnie++); a key of an engine
+/// this build does not know is its own name.
+pub fn tool_name(key: &str) -> &str {
+    ENGINES
+        .iter()
+        .find(|e| e.version.0 == key)
+        .map_or(key, |e| e.name)
+}
+
+/// Every engine's headline metrics, in report order, each once.
+pub fn headline_metrics() -> Vec<&'static str> {
+    let mut keys: Vec<&'static str> = vec![];
+    for k in ENGINES.iter().flat_map(|e| e.headline) {
+        if !keys.contains(k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// Whether `key` is in a verdict family of any engine (the series `trend` keeps).
+pub fn is_verdict_key(key: &str) -> bool {
+    ENGINES.iter().any(|e| e.verdict_keys.contains(&key))
+}
+
+/// Every engine's stability metrics (`--repeat auto`).
+pub fn stability_metrics() -> impl Iterator<Item = &'static str> {
+    ENGINES.iter().flat_map(|e| e.stability.iter().copied())
+}
+
+/// The built-in presets of `engine`, by name.
+pub fn presets_of(engine: &Descriptor) -> Vec<&'static str> {
+    PRESETS
+        .iter()
+        .filter(|p| std::ptr::eq(p.engine.descriptor(), engine))
+        .map(|p| p.name)
+        .collect()
 }
 
 #[cfg(test)]
@@ -218,5 +387,133 @@ mod layout_tests {
             "/dev/mapper/vmbench-test"
         );
         assert_eq!(super::mounted_device(["no such line"]), None);
+    }
+}
+
+#[cfg(test)]
+mod descriptor_tests {
+    use super::*;
+    use vmbench_proto::Step;
+
+    #[test]
+    fn each_workload_has_its_engines_descriptor() {
+        let d = |w: &str| descriptor(&w.parse().unwrap()).name;
+        assert_eq!(d("pg-randrw"), "fio");
+        assert_eq!(d("bonnie"), "bonnie++");
+        assert_eq!(d("file:/x.fio"), "fio");
+        // A preset of an older build reads as a job file, as it always has.
+        assert_eq!(d("gone-preset"), "fio");
+        let b = descriptor(&"bonnie".parse().unwrap());
+        assert_eq!(b.table.cell_tables().map(<[_]>::len), Some(2));
+        assert!(fio::ENGINE.table.cell_tables().is_none());
+    }
+
+    #[test]
+    fn step_names_come_from_the_engines() {
+        let fio_step = Step::Fio {
+            job_text: String::new(),
+            args: vec![],
+            output_name: "fio.json".into(),
+            log_prefix: None,
+        };
+        let bonnie_step = Step::Bonnie {
+            args: vec![],
+            output_name: "bonnie.txt".into(),
+        };
+        assert_eq!(step_name(&fio_step), "fio");
+        assert_eq!(step_name(&bonnie_step), "bonnie++");
+        assert_eq!(step_name(&Step::DropCaches), "drop caches");
+    }
+
+    #[test]
+    fn only_a_moving_status_line_is_no_sign_of_a_stall() {
+        assert!(shows_progress(
+            "Jobs: 1 (f=1): [r(1)][20.0%][r=40.1MiB/s][r=10.3k IOPS][eta 00m:04s]"
+        ));
+        assert!(!shows_progress(
+            "Jobs: 1 (f=1): [r(1)][20.0%][r=0KiB/s][r=0 IOPS][eta 00m:04s]"
+        ));
+        assert!(shows_progress("Writing intelligently...done"));
+    }
+
+    #[test]
+    fn the_lists_are_the_ones_compare_repeat_and_report_kept() {
+        assert_eq!(
+            headline_metrics(),
+            [
+                "read_iops",
+                "write_iops",
+                "read_bw_mib_s",
+                "write_bw_mib_s",
+                "read_lat_mean_us",
+                "read_lat_p99_us",
+                "write_lat_mean_us",
+                "write_lat_p99_us",
+                "host_qemu_cpu_pct",
+                "storage_server_cpu_pct",
+                "storage_server_peak_rss_mib",
+                "seq_out_block_kps",
+                "seq_in_block_kps",
+                "seq_out_rewrite_kps",
+                "random_seeks_ps",
+            ]
+        );
+        let stable: Vec<_> = stability_metrics().collect();
+        assert_eq!(
+            stable,
+            [
+                "read_iops",
+                "write_iops",
+                "seq_out_block_kps",
+                "seq_in_block_kps"
+            ]
+        );
+        let verdict: Vec<&str> = ENGINES
+            .iter()
+            .flat_map(|e| e.verdict_keys.iter().copied())
+            .collect();
+        assert_eq!(verdict.len(), 11);
+        assert!(is_verdict_key("read_bw_mib_s") && is_verdict_key("random_seeks_ps"));
+        assert!(!is_verdict_key("seq_out_rewrite_kps") && !is_verdict_key("host_qemu_cpu_pct"));
+        let fam = |w: &str| {
+            let w: WorkloadId = w.parse().unwrap();
+            (descriptor(&w).verdict_family)(&w)
+        };
+        assert_eq!(fam("seq-read-1m")[0], "read_bw_mib_s");
+        assert_eq!(fam("file:/j.fio")[0], "read_iops");
+        assert_eq!(fam("bonnie").len(), 3);
+    }
+
+    #[test]
+    fn sweeps_are_refused_with_the_fio_presets_named() {
+        let w: Vec<WorkloadId> = vec!["pg-randrw".parse().unwrap(), "bonnie".parse().unwrap()];
+        assert!(check_sweeps(vec![], &w).is_ok());
+        assert!(check_sweeps(vec!["--bs"], &w[..1]).is_ok());
+        let e = check_sweeps(vec!["--bs", "--iodepth"], &w).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--bs/--iodepth override a fio preset's parameters, but workload 'bonnie' is not a \
+             fio job (bonnie++ has no such parameters): sweep presets only (pg-randrw, \
+             seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k), or put the values in your \
+             job file"
+        );
+    }
+
+    #[test]
+    fn versions_are_keyed_as_the_provenance_columns_were() {
+        let hello: vmbench_proto::Hello = serde_json::from_value(serde_json::json!({
+            "protocol": 1, "agent_version": "x", "kernel": "k", "fio_version": "fio-3.33",
+            "bonnie_version": null, "cpus": 1, "mem_kib": 1, "block_devices": [], "uptime_ms": 1
+        }))
+        .unwrap();
+        let tools = tool_versions(&hello);
+        assert_eq!(tools["fio"], "fio-3.33");
+        assert_eq!(tools["bonnie"], "");
+        let mut other = tools.clone();
+        other.insert("dd".into(), "9.4".into());
+        assert_eq!(tool_keys([&tools, &other]), ["fio", "bonnie", "dd"]);
+        assert_eq!(tool_keys([]), ["fio", "bonnie"]);
+        assert_eq!(tool_name("bonnie"), "bonnie++");
+        assert_eq!(tool_name("dd"), "dd");
     }
 }
