@@ -122,15 +122,12 @@ impl From<SkipReason> for DomainXmlError {
 /// PVH), the agent as init, an immediate reboot on panic (which ends the domain, since every
 /// `on_*` is `destroy`), and only warnings on the console so the log stays small.
 pub fn kernel_cmdline(hv: Hypervisor, xen_mode: Option<XenMode>) -> String {
-    let console = match (hv, xen_mode) {
-        (Hypervisor::Xen, Some(XenMode::Hvm)) => "ttyS0",
-        (Hypervisor::Xen, _) => "hvc0",
-        _ => "ttyS0",
-    };
+    let d = hv.desc();
+    let console = d.console(xen_mode);
     let mut s = format!("console={console} rdinit=/init panic=-1 loglevel=4");
-    if hv == Hypervisor::Xen {
+    if let Some(port) = d.agent_port() {
         s.push_str(" vmbench.port=");
-        s.push_str(XEN_AGENT_PORT);
+        s.push_str(port);
     }
     s
 }
@@ -182,11 +179,7 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         None => qemu_devices(&spec.disk, console_log)?,
     };
     Ok(Domain {
-        kind: match spec.hypervisor {
-            Hypervisor::Kvm => "kvm",
-            Hypervisor::Qemu => "qemu",
-            Hypervisor::Xen => "xen",
-        },
+        kind: spec.hypervisor.desc().domain_type,
         name: &spec.name,
         metadata: Metadata {
             marker: Marker {

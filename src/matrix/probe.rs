@@ -1,7 +1,7 @@
-//! Per-hypervisor capability probe, shared by `vmbench doctor` and the matrix: KVM needs
-//! /dev/kvm *and* a guest that really boots (a nested or paravirtual KVM may start a domain whose
-//! guest never prints a thing); Xen needs a libxl connection (checked by connecting); QEMU/TCG
-//! needs nothing beyond libvirt.
+//! Per-hypervisor capability probe, shared by `vmbench doctor` and the matrix: it runs what the
+//! hypervisor's descriptor asks for ([`Probe`]): KVM needs /dev/kvm *and* a guest that really
+//! boots (a nested or paravirtual KVM may start a domain whose guest never prints a thing); Xen
+//! and QEMU/TCG need nothing beyond their libvirt connection.
 
 use super::cell_run::Cancel;
 use super::config::MatrixConfig;
@@ -9,7 +9,7 @@ use crate::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Lay
 use crate::guest::boot::{self, BootError};
 use crate::guest::dirs;
 use crate::hypervisor::libvirt::Libvirt;
-use crate::hypervisor::{DomainSpec, GuestFiles, Sizing, NAME_PREFIX};
+use crate::hypervisor::{DomainSpec, GuestFiles, Probe, Sizing, NAME_PREFIX};
 use crate::image::ImageInfo;
 use crate::storage::DiskSource;
 use std::path::Path;
@@ -28,21 +28,20 @@ pub async fn probe(
     cancel: &Cancel,
     run_id: &str,
 ) -> Result<(), String> {
-    match hv {
-        Hypervisor::Qemu | Hypervisor::Xen => Ok(()),
-        // /dev/kvm and the probe (this machine's image files, a scratch file disk) are about
-        // this machine: a remote host's KVM is tried by its first cell.
-        Hypervisor::Kvm if !conn.is_local() => Ok(()),
-        Hypervisor::Kvm => {
-            if !Path::new("/dev/kvm").exists() {
-                return Err(
-                    "no /dev/kvm (KVM module not loaded, or no hardware virtualization)".into(),
-                );
+    match hv.desc().probe {
+        Probe::Connect => Ok(()),
+        // The device and the probe (this machine's image files, a scratch file disk) are about
+        // this machine: a remote host's accelerator is tried by its first cell.
+        Probe::DeviceAndBoot { .. } if !conn.is_local() => Ok(()),
+        Probe::DeviceAndBoot { device, missing } => {
+            if !Path::new(device).exists() {
+                return Err(missing.into());
             }
             if !cfg.probe {
                 return Ok(());
             }
-            boot_probe(hv, conn, image, &work.join("probe-kvm"), cancel, run_id).await
+            let dir = work.join(format!("probe-{hv}"));
+            boot_probe(hv, conn, image, &dir, cancel, run_id).await
         }
     }
 }
