@@ -159,13 +159,12 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
     if spec.memory_mib == 0 {
         return Err(DomainXmlError::Zero("memory_mib"));
     }
-    let xen_mode = match (spec.hypervisor, spec.xen_mode) {
-        (Hypervisor::Xen, Some(m)) => Some(m),
-        (Hypervisor::Xen, None) => return Err(DomainXmlError::MissingXenMode),
-        (hypervisor, Some(mode)) => {
-            return Err(DomainXmlError::XenModeWithoutXen { hypervisor, mode })
-        }
-        (_, None) => None,
+    let hypervisor = spec.hypervisor;
+    let xen_mode = match (hypervisor.desc().has_modes, spec.xen_mode) {
+        (true, Some(m)) => Some(m),
+        (true, None) => return Err(DomainXmlError::MissingXenMode),
+        (false, Some(mode)) => return Err(DomainXmlError::XenModeWithoutXen { hypervisor, mode }),
+        (false, None) => None,
     };
     if xen_mode.is_some() && spec.pinning.is_some() {
         return Err(DomainXmlError::Rule(SkipReason::XenQemuTuning));

@@ -58,8 +58,8 @@ pub enum DomainState {
     Gone,
     /// Crashed.
     Crashed,
-    /// Anything else.
-    Other(String),
+    /// Anything else, by libvirt's number (`virDomainState`).
+    Other(sys::virDomainState),
 }
 
 /// Why libvirt says a domain is paused (`virDomainPausedReason`), as far as vmbench acts on it.
@@ -250,7 +250,7 @@ impl RunningDomain {
                 sys::VIR_DOMAIN_PAUSED => DomainState::Paused(paused_reason(reason)),
                 sys::VIR_DOMAIN_SHUTOFF | sys::VIR_DOMAIN_SHUTDOWN => DomainState::Gone,
                 sys::VIR_DOMAIN_CRASHED => DomainState::Crashed,
-                other => DomainState::Other(format!("state {other}")),
+                other => DomainState::Other(other),
             },
         }
     }

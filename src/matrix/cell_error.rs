@@ -4,7 +4,8 @@
 
 use crate::guest::GuestError;
 use crate::hypervisor::domain_xml::DomainXmlError;
-use crate::hypervisor::libvirt::LibvirtError;
+use crate::hypervisor::libvirt::{DomainState, LibvirtError};
+use crate::hypervisor::watch::{self, StorageLoss};
 use crate::results::FailureKind;
 use crate::storage::StorageError;
 use crate::workload::EngineError;
@@ -47,12 +48,12 @@ impl fmt::Display for ConsoleTail {
 
 /// What the domain's state adds to a guest error (it is gone, paused, crashed), if anything.
 #[derive(Debug, Clone, Default)]
-pub struct DomainNote(pub Option<String>);
+pub struct DomainNote(pub Option<DomainState>);
 
 impl fmt::Display for DomainNote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Some(n) => write!(f, "; {n}"),
+            Some(s) => write!(f, "; {}", watch::describe_state(s)),
             None => Ok(()),
         }
     }
@@ -162,7 +163,7 @@ pub enum CellError {
     #[error("{reason}{console}")]
     StorageLost {
         /// Which, and how.
-        reason: String,
+        reason: StorageLoss,
         /// The console.
         console: ConsoleTail,
     },
@@ -296,6 +297,7 @@ fn guest_kind(e: &GuestError) -> FailureKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hypervisor::libvirt::PausedReason;
 
     fn console(tail: &str) -> ConsoleTail {
         ConsoleTail {
@@ -338,12 +340,12 @@ mod tests {
                 waiting_for: "a heartbeat".into(),
                 secs: 4,
             },
-            DomainNote(Some("the domain is paused (user)".into())),
+            DomainNote(Some(DomainState::Paused(PausedReason::User))),
             console("[ 1.0] booted\n[ 2.0] fio"),
         );
         assert_eq!(
             e.to_string(),
-            "timed out after 4 s waiting for a heartbeat; the domain is paused (user)\n  \
+            "timed out after 4 s waiting for a heartbeat; the domain is paused (paused by user)\n  \
              console tail (/r/console.log):\n    | [ 1.0] booted\n    | [ 2.0] fio"
         );
         let e = CellError::BootTimeout {

@@ -461,7 +461,7 @@ impl CellCtx<'_, '_> {
 /// What stopped a job before it finished.
 enum JobStop {
     Guest(GuestError),
-    StorageLost(String),
+    StorageLost(watch::StorageLoss),
     /// The watchdog saw no I/O progress for this long while the guest kept its heartbeat.
     Stalled(Duration),
 }
