@@ -220,6 +220,7 @@ async fn accelerated(
     crate::matrix::probe::boot_probe(hv, conn, image, &dir, &cancel, "doctor")
         .await
         .map(|()| format!("{device} present and a guest boots"))
+        .map_err(|e| e.to_string())
 }
 
 fn tool_version(prog: &str, args: &[&str]) -> Result<String, String> {

@@ -2,6 +2,8 @@
 //! holds the text, and `CellResult::failure_kind` holds the kind, so reports and comparisons
 //! group failures without reading the message.
 
+use super::probe::ProbeError;
+use crate::cell::{HostName, Hypervisor};
 use crate::guest::GuestError;
 use crate::hypervisor::domain_xml::DomainXmlError;
 use crate::hypervisor::libvirt::{DomainState, LibvirtError};
@@ -206,6 +208,57 @@ pub enum CellError {
     /// A signal stopped the cell.
     #[error("interrupted by signal")]
     Interrupted,
+}
+
+/// Why a hypervisor's cells cannot run on a host: they are reported unsupported with this.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreachable {
+    /// No libvirt connection to it.
+    #[error("unsupported on this host: {hypervisor}{on}: {source}")]
+    Connect {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// The host, when it is not the default one.
+        on: OnHost,
+        /// libvirt's error.
+        source: LibvirtError,
+    },
+    /// Connected, but its probe failed (no /dev/kvm, no booting guest).
+    #[error("unsupported on this host: {hypervisor}{on}: {source}")]
+    Probe {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// The host, when it is not the default one.
+        on: OnHost,
+        /// What the probe found.
+        source: ProbeError,
+    },
+    /// The connection died (libvirtd restarted) and reconnecting failed.
+    #[error("{hypervisor}: libvirt connection lost: {source}")]
+    Lost {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// libvirt's error on reconnecting.
+        source: LibvirtError,
+    },
+}
+
+/// A named host and its URI, shown after the hypervisor; nothing for the default host.
+#[derive(Debug, Clone)]
+pub struct OnHost {
+    /// The host.
+    pub host: HostName,
+    /// Its libvirt URI.
+    pub uri: String,
+}
+
+impl fmt::Display for OnHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.host.is_default() {
+            true => Ok(()),
+            false => write!(f, " on host {} ({})", self.host, self.uri),
+        }
+    }
 }
 
 /// Where a guest error happened.

@@ -18,6 +18,23 @@ use std::time::Duration;
 /// How long a probe boot may take before the hypervisor is declared unable to boot the guest.
 pub const PROBE_BOOT_SECS: u64 = 30;
 
+/// Why a hypervisor cannot run cells here.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The descriptor's device node is missing (the text says why it would be).
+    #[error("{0}")]
+    NoDevice(&'static str),
+    /// The probe's scratch directory or disk could not be made.
+    #[error("probe setup: {0}")]
+    Setup(#[source] std::io::Error),
+    /// The guest started but never said hello, or the wait was interrupted.
+    #[error("probe boot failed: {0}")]
+    NoHello(#[source] BootError),
+    /// The probe domain could not be defined or started.
+    #[error("{0}")]
+    Boot(#[source] BootError),
+}
+
 /// Ok when `hv` can run cells here; otherwise the reason.
 pub async fn probe(
     hv: Hypervisor,
@@ -27,7 +44,7 @@ pub async fn probe(
     work: &Path,
     cancel: &Cancel,
     run_id: &str,
-) -> Result<(), String> {
+) -> Result<(), ProbeError> {
     match hv.desc().probe {
         Probe::Connect => Ok(()),
         // The device and the probe (this machine's image files, a scratch file disk) are about
@@ -35,7 +52,7 @@ pub async fn probe(
         Probe::DeviceAndBoot { .. } if !conn.is_local() => Ok(()),
         Probe::DeviceAndBoot { device, missing } => {
             if !Path::new(device).exists() {
-                return Err(missing.into());
+                return Err(ProbeError::NoDevice(missing));
             }
             if !cfg.probe {
                 return Ok(());
@@ -54,13 +71,12 @@ pub async fn boot_probe(
     dir: &Path,
     cancel: &Cancel,
     run_id: &str,
-) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("probe setup: {e}");
-    dirs::make_work_dir(dir).map_err(io)?;
+) -> Result<(), ProbeError> {
+    dirs::make_work_dir(dir).map_err(ProbeError::Setup)?;
     let disk = dir.join("probe.raw");
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(16 << 20))
-        .map_err(io)?;
+        .map_err(ProbeError::Setup)?;
     // Not a matrix cell: a scratch raw file with the page cache, the gentlest datapath.
     let cell = Cell {
         hypervisor: hv,
@@ -102,10 +118,8 @@ pub async fn boot_probe(
             let _ = b.guest.power_off().await;
             Ok(())
         }
-        Err(e @ (BootError::NoHello { .. } | BootError::Cancelled)) => {
-            Err(format!("probe boot failed: {e}"))
-        }
-        Err(e) => Err(e.to_string()),
+        Err(e @ (BootError::NoHello { .. } | BootError::Cancelled)) => Err(ProbeError::NoHello(e)),
+        Err(e) => Err(ProbeError::Boot(e)),
     };
     let _ = std::fs::remove_dir_all(dir);
     r
