@@ -74,6 +74,9 @@ pub struct Descriptor {
     pub has_modes: bool,
     /// How the disk under test reaches the guest.
     pub block_layer: BlockLayer,
+    /// The guest's CPU is emulated (QEMU's TCG): its figures are not what a guest on real
+    /// hardware sees, and reports say so.
+    pub emulated_cpu: bool,
 }
 
 const KVM: Descriptor = Descriptor {
@@ -89,12 +92,14 @@ const KVM: Descriptor = Descriptor {
     },
     has_modes: false,
     block_layer: BlockLayer::Qemu,
+    emulated_cpu: false,
 };
 
 const QEMU: Descriptor = Descriptor {
     hypervisor: Hypervisor::Qemu,
     domain_type: "qemu",
     probe: Probe::Connect,
+    emulated_cpu: true,
     ..KVM
 };
 
@@ -108,6 +113,7 @@ const XEN: Descriptor = Descriptor {
     probe: Probe::Connect,
     has_modes: true,
     block_layer: BlockLayer::Libxl,
+    emulated_cpu: false,
 };
 
 impl Hypervisor {
