@@ -93,7 +93,8 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         Err(_) => Err("no libvirt connection".into()),
     };
     out.push(check("hypervisor qemu (TCG)", tcg, "unsupported"));
-    for hv in Hypervisor::ALL {
+    // The boot probe runs on `--connect`'s libvirtd: the hypervisors it serves.
+    for hv in Hypervisor::ALL.iter().filter(|h| h.desc().shares_hosts) {
         if let Probe::DeviceAndBoot { device, .. } = hv.desc().probe {
             let r = accelerated(*hv, device, a, conn.as_ref().ok(), image.as_ref().ok()).await;
             out.push(check(&format!("hypervisor {hv}"), r, "unsupported"));
