@@ -205,7 +205,7 @@ mod tests {
                             for (source, tuning) in sources().into_iter().zip(tunings().cycle()) {
                                 let cell = Cell {
                                     hypervisor: *hv,
-                                    xen_mode: (*hv == Hypervisor::Xen).then_some(XenMode::Pvh),
+                                    xen_mode: hv.desc().modes(&[XenMode::Pvh])[0],
                                     bus: *bus,
                                     cache: *cache,
                                     io: *io,
@@ -222,7 +222,7 @@ mod tests {
                                     // A shared directory ignores the disk dimensions.
                                     (Err(SkipReason::SharedDir(_)), _) => {}
                                     (Err(SkipReason::NativeAioNeedsDirect(_)), _)
-                                        if *hv == Hypervisor::Xen => {}
+                                        if hv.desc().block_layer != BlockLayer::Qemu => {}
                                     (Err(r), Ok(_)) => panic!("{cell:?} skipped ({r}) but renders"),
                                     (Err(r), Err(e)) => {
                                         let why = r.to_string();
