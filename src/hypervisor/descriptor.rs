@@ -74,6 +74,9 @@ pub struct Descriptor {
     pub has_modes: bool,
     /// How the disk under test reaches the guest.
     pub block_layer: BlockLayer,
+    /// What to check when its libvirt URI cannot be opened, or `None` for libvirtd's usual
+    /// advice.
+    pub connect_hint: Option<&'static str>,
     /// The guest's CPU is emulated (QEMU's TCG): its figures are not what a guest on real
     /// hardware sees, and reports say so.
     pub emulated_cpu: bool,
@@ -92,6 +95,7 @@ const KVM: Descriptor = Descriptor {
     },
     has_modes: false,
     block_layer: BlockLayer::Qemu,
+    connect_hint: None,
     emulated_cpu: false,
 };
 
@@ -113,6 +117,7 @@ const XEN: Descriptor = Descriptor {
     probe: Probe::Connect,
     has_modes: true,
     block_layer: BlockLayer::Libxl,
+    connect_hint: Some("no Xen dom0 with libxl on this host?"),
     emulated_cpu: false,
 };
 
@@ -145,6 +150,12 @@ impl Descriptor {
             true => wanted.iter().map(|m| Some(*m)).collect(),
             false => vec![None],
         }
+    }
+
+    /// Whether `uri` is one of its driver's (`xen+ssh://h` is Xen's, as `xen:///system` is).
+    pub fn uri_scheme_of(&self, uri: &str) -> bool {
+        let scheme = self.default_uri.split(':').next().unwrap_or_default();
+        uri.split([':', '+']).next() == Some(scheme)
     }
 
     /// Whether its cells may run on `host`.
@@ -218,5 +229,16 @@ mod tests {
         assert_eq!(Hypervisor::Qemu.desc().modes(&modes), vec![None]);
         assert_eq!(xen.no_qemu_process().as_deref(), Some("n/a on xen"));
         assert_eq!(Hypervisor::Kvm.desc().no_qemu_process(), None);
+    }
+
+    #[test]
+    fn a_uri_names_its_driver() {
+        let xen = Hypervisor::Xen.desc();
+        assert!(xen.uri_scheme_of("xen:///system"));
+        assert!(xen.uri_scheme_of("xen+ssh://h2"));
+        assert!(!xen.uri_scheme_of("qemu+ssh://h1/system"));
+        assert!(Hypervisor::Kvm
+            .desc()
+            .uri_scheme_of("qemu+tcp://h3/system?x=1"));
     }
 }
