@@ -161,6 +161,9 @@ pub enum CellError {
         /// The console.
         console: ConsoleTail,
     },
+    /// The hypervisor cannot reach the provisioned disk (a Xen datapath libxl lacks).
+    #[error("{0}")]
+    Datapath(#[source] crate::hypervisor::xen::Skip),
     /// The storage server died, or QEMU paused the domain on an I/O error.
     #[error("{reason}{console}")]
     StorageLost {
@@ -287,6 +290,7 @@ impl CellError {
             E::HostileGuest { .. } | E::BadOutput(_) => FailureKind::HostileGuest,
             E::Agent { .. } => FailureKind::AgentError,
             E::StorageLost { .. } => FailureKind::StorageLost,
+            E::Datapath(_) => FailureKind::Config,
             E::NoIoProgress { .. } => FailureKind::Stalled,
             E::EngineFailed { .. } | E::StepUnfinished { .. } | E::JobFailed => {
                 FailureKind::EngineFailed

@@ -173,7 +173,7 @@ impl CellCtx<'_, '_> {
             .insert("disk_bytes".into(), disk.size_bytes.to_string());
         let datapath = (self.cell.hypervisor.desc())
             .datapath(&disk.source, self.cell.format)
-            .map_err(|s| CellError::Config(s.to_string()))?;
+            .map_err(CellError::Datapath)?;
         self.params.insert("datapath".into(), datapath);
         self.params.extend(self.env.cfg.iotune_params());
         self.params.extend(self.env.cfg.instrument_params());
