@@ -789,7 +789,7 @@ fn apply_connect(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
         }
         _ => {
             for hv in Hypervisor::ALL {
-                if *hv != Hypervisor::Xen {
+                if hv.desc().shares_hosts {
                     c.connect.insert(*hv, spec.to_string());
                 }
             }

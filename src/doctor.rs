@@ -4,6 +4,7 @@
 
 use crate::cell::{Backend, Hypervisor};
 use crate::hypervisor::libvirt::Libvirt;
+use crate::hypervisor::Probe;
 use crate::matrix::cell_run::Cancel;
 use std::path::Path;
 use tabled::settings::Style;
@@ -92,11 +93,13 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         Err(_) => Err("no libvirt connection".into()),
     };
     out.push(check("hypervisor qemu (TCG)", tcg, "unsupported"));
-    out.push(check(
-        "hypervisor kvm",
-        kvm(a, conn.as_ref().ok(), image.as_ref().ok()).await,
-        "unsupported",
-    ));
+    // The boot probe runs on `--connect`'s libvirtd: the hypervisors it serves.
+    for hv in Hypervisor::ALL.iter().filter(|h| h.desc().shares_hosts) {
+        if let Probe::DeviceAndBoot { device, .. } = hv.desc().probe {
+            let r = accelerated(*hv, device, a, conn.as_ref().ok(), image.as_ref().ok()).await;
+            out.push(check(&format!("hypervisor {hv}"), r, "unsupported"));
+        }
+    }
     out.push(check(
         &format!("hypervisor xen ({})", a.xen_connect),
         Libvirt::connect(&a.xen_connect)
@@ -188,30 +191,37 @@ fn qemu_tcg(c: &Libvirt) -> Result<String, String> {
     }
 }
 
-async fn kvm(
+/// A hypervisor whose descriptor asks for a device and a boot probe (KVM: /dev/kvm).
+async fn accelerated(
+    hv: Hypervisor,
+    device: &str,
     a: &DoctorOptions,
     conn: Option<&Libvirt>,
     image: Option<&crate::image::ImageInfo>,
 ) -> Result<String, String> {
-    if !Path::new("/dev/kvm").exists() {
-        return Err("no /dev/kvm".into());
+    if !Path::new(device).exists() {
+        return Err(format!("no {device}"));
     }
     if a.no_probe {
-        return Ok("/dev/kvm present (boot probe skipped)".into());
+        return Ok(format!("{device} present (boot probe skipped)"));
     }
     let (Some(conn), Some(image)) = (conn, image) else {
-        return Err("/dev/kvm present; boot probe needs libvirt and the guest image".into());
+        return Err(format!(
+            "{device} present; boot probe needs libvirt and the guest image"
+        ));
     };
     // The probe boots a real guest, which takes a while under TCG: say so before waiting.
     eprintln!(
-        "probing kvm: booting the guest once (up to {} s) to see that KVM really works ...",
-        crate::matrix::probe::PROBE_BOOT_SECS
+        "probing {hv}: booting the guest once (up to {} s) to see that {} really works ...",
+        crate::matrix::probe::PROBE_BOOT_SECS,
+        hv.as_str().to_uppercase()
     );
     let dir = std::env::temp_dir().join(format!("vmbench-doctor-{}", std::process::id()));
     let cancel = Cancel::default();
-    crate::matrix::probe::boot_probe(Hypervisor::Kvm, conn, image, &dir, &cancel, "doctor")
+    crate::matrix::probe::boot_probe(hv, conn, image, &dir, &cancel, "doctor")
         .await
-        .map(|()| "/dev/kvm present and a guest boots".into())
+        .map(|()| format!("{device} present and a guest boots"))
+        .map_err(|e| e.to_string())
 }
 
 fn tool_version(prog: &str, args: &[&str]) -> Result<String, String> {

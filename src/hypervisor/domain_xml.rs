@@ -122,15 +122,12 @@ impl From<SkipReason> for DomainXmlError {
 /// PVH), the agent as init, an immediate reboot on panic (which ends the domain, since every
 /// `on_*` is `destroy`), and only warnings on the console so the log stays small.
 pub fn kernel_cmdline(hv: Hypervisor, xen_mode: Option<XenMode>) -> String {
-    let console = match (hv, xen_mode) {
-        (Hypervisor::Xen, Some(XenMode::Hvm)) => "ttyS0",
-        (Hypervisor::Xen, _) => "hvc0",
-        _ => "ttyS0",
-    };
+    let d = hv.desc();
+    let console = d.console(xen_mode);
     let mut s = format!("console={console} rdinit=/init panic=-1 loglevel=4");
-    if hv == Hypervisor::Xen {
+    if let Some(port) = d.agent_port() {
         s.push_str(" vmbench.port=");
-        s.push_str(XEN_AGENT_PORT);
+        s.push_str(port);
     }
     s
 }
@@ -162,13 +159,12 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
     if spec.memory_mib == 0 {
         return Err(DomainXmlError::Zero("memory_mib"));
     }
-    let xen_mode = match (spec.hypervisor, spec.xen_mode) {
-        (Hypervisor::Xen, Some(m)) => Some(m),
-        (Hypervisor::Xen, None) => return Err(DomainXmlError::MissingXenMode),
-        (hypervisor, Some(mode)) => {
-            return Err(DomainXmlError::XenModeWithoutXen { hypervisor, mode })
-        }
-        (_, None) => None,
+    let hypervisor = spec.hypervisor;
+    let xen_mode = match (hypervisor.desc().has_modes, spec.xen_mode) {
+        (true, Some(m)) => Some(m),
+        (true, None) => return Err(DomainXmlError::MissingXenMode),
+        (false, Some(mode)) => return Err(DomainXmlError::XenModeWithoutXen { hypervisor, mode }),
+        (false, None) => None,
     };
     if xen_mode.is_some() && spec.pinning.is_some() {
         return Err(DomainXmlError::Rule(SkipReason::XenQemuTuning));
@@ -182,11 +178,7 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         None => qemu_devices(&spec.disk, console_log)?,
     };
     Ok(Domain {
-        kind: match spec.hypervisor {
-            Hypervisor::Kvm => "kvm",
-            Hypervisor::Qemu => "qemu",
-            Hypervisor::Xen => "xen",
-        },
+        kind: spec.hypervisor.desc().domain_type,
         name: &spec.name,
         metadata: Metadata {
             marker: Marker {

@@ -3,6 +3,7 @@
 //! find the domains vmbench left behind (by the metadata marker) for `vmbench cleanup`.
 
 use super::{METADATA_NS, NAME_PREFIX};
+use crate::cell::Hypervisor;
 use std::path::PathBuf;
 use std::time::Duration;
 use virt::connect::Connect;
@@ -58,8 +59,8 @@ pub enum DomainState {
     Gone,
     /// Crashed.
     Crashed,
-    /// Anything else.
-    Other(String),
+    /// Anything else, by libvirt's number (`virDomainState`).
+    Other(sys::virDomainState),
 }
 
 /// Why libvirt says a domain is paused (`virDomainPausedReason`), as far as vmbench acts on it.
@@ -113,7 +114,7 @@ impl Libvirt {
             Err(e) => Err(LibvirtError::Connect {
                 uri: uri.to_string(),
                 message: e.message().to_string(),
-                hint: connect_hint(uri, e.message()),
+                hint: connect_hint(uri, &e),
             }),
         }
     }
@@ -250,7 +251,7 @@ impl RunningDomain {
                 sys::VIR_DOMAIN_PAUSED => DomainState::Paused(paused_reason(reason)),
                 sys::VIR_DOMAIN_SHUTOFF | sys::VIR_DOMAIN_SHUTDOWN => DomainState::Gone,
                 sys::VIR_DOMAIN_CRASHED => DomainState::Crashed,
-                other => DomainState::Other(format!("state {other}")),
+                other => DomainState::Other(other),
             },
         }
     }
@@ -404,12 +405,18 @@ fn paused_reason(r: i32) -> PausedReason {
     }
 }
 
-fn connect_hint(uri: &str, msg: &str) -> String {
-    if uri.starts_with("xen") {
-        return " (no Xen dom0 with libxl on this host?)".into();
+/// What to check when `uri` cannot be opened: the hypervisor's own hint, or, when no daemon
+/// answered on its socket (a system error of libvirt's RPC layer), how to start libvirtd.
+fn connect_hint(uri: &str, e: &virt::error::Error) -> String {
+    let hv = Hypervisor::ALL
+        .iter()
+        .map(|h| h.desc())
+        .find(|d| d.uri_scheme_of(uri));
+    if let Some(hint) = hv.and_then(|d| d.connect_hint) {
+        return format!(" ({hint})");
     }
-    if msg.contains("No such file") || msg.contains("Connection refused") || msg.contains("socket")
-    {
+    use virt::error::{ErrorDomain, ErrorNumber};
+    if e.code() == ErrorNumber::SystemError && e.domain() == ErrorDomain::Rpc {
         return " (is libvirtd running? start it with `virtlogd -d && libvirtd -d`, or run \
                  scripts/setup-host)"
             .into();

@@ -1,6 +1,7 @@
 //! Hypervisors: the libvirt connection (`libvirt.rs`), the domain XML built from typed structs
 //! (`domain_xml.rs`), Xen's datapath rules (`xen.rs`) and the per-host capability probe.
 
+pub mod descriptor;
 pub mod domain_xml;
 pub mod domstats;
 pub mod libvirt;
@@ -9,6 +10,7 @@ pub mod rules;
 pub mod watch;
 pub mod xen;
 
+pub use descriptor::{BlockLayer, Descriptor, Monitor, Probe};
 pub use rules::{check, SkipReason};
 
 use crate::cell::{Bus, CacheMode, Cell, Format, Hypervisor, IoMode, IoThread, XenMode};

@@ -7,7 +7,7 @@
 //! says what the matrix should not vary; add a case to the tests below.
 
 use super::xen::{self, Datapath, Skip};
-use super::DiskSpec;
+use super::{BlockLayer, DiskSpec};
 use crate::cell::{Bus, CacheMode, Cell, Hypervisor, IoMode, IoThread, Pin};
 use crate::storage::DiskSource;
 
@@ -82,7 +82,7 @@ fn aio_rule(cache: CacheMode, io: IoMode) -> Result<(), SkipReason> {
 /// checks. Returns the Xen datapath for Xen (`None` for KVM/QEMU, always QEMU's block layer).
 /// For Xen, cache and io are not written at all, so only the datapath matters.
 pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, SkipReason> {
-    if hv != Hypervisor::Xen {
+    if hv.desc().block_layer == BlockLayer::Qemu {
         aio_rule(disk.cache, disk.io)?;
         return Ok(None);
     }
@@ -98,11 +98,12 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
 /// domain rules, plus the dimensions the matrix does not vary for Xen because libxl ignores
 /// them.
 pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
-    if matches!(source, DiskSource::SharedDir { .. }) && cell.hypervisor != Hypervisor::Xen {
+    let qemu = cell.hypervisor.desc().block_layer == BlockLayer::Qemu;
+    if matches!(source, DiskSource::SharedDir { .. }) && qemu {
         shared_dir_rule(cell)?;
     }
     aio_rule(cell.cache, cell.io)?;
-    if cell.hypervisor == Hypervisor::Xen {
+    if !qemu {
         if cell.bus != Bus::VirtioBlk {
             return Err(SkipReason::XenBus);
         }
@@ -118,10 +119,10 @@ pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
 
 /// The name the guest kernel gives the disk under test (first disk on its bus).
 pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
-    match (hv, bus) {
-        (Hypervisor::Xen, _) => "xvda",
-        (_, Bus::VirtioBlk) => "vda",
-        (_, Bus::VirtioScsi) => "sda",
+    match (hv.desc().block_layer, bus) {
+        (BlockLayer::Libxl, _) => "xvda",
+        (BlockLayer::Qemu, Bus::VirtioBlk) => "vda",
+        (BlockLayer::Qemu, Bus::VirtioScsi) => "sda",
     }
 }
 
@@ -204,7 +205,7 @@ mod tests {
                             for (source, tuning) in sources().into_iter().zip(tunings().cycle()) {
                                 let cell = Cell {
                                     hypervisor: *hv,
-                                    xen_mode: (*hv == Hypervisor::Xen).then_some(XenMode::Pvh),
+                                    xen_mode: hv.desc().modes(&[XenMode::Pvh])[0],
                                     bus: *bus,
                                     cache: *cache,
                                     io: *io,
@@ -221,7 +222,7 @@ mod tests {
                                     // A shared directory ignores the disk dimensions.
                                     (Err(SkipReason::SharedDir(_)), _) => {}
                                     (Err(SkipReason::NativeAioNeedsDirect(_)), _)
-                                        if *hv == Hypervisor::Xen => {}
+                                        if hv.desc().block_layer != BlockLayer::Qemu => {}
                                     (Err(r), Ok(_)) => panic!("{cell:?} skipped ({r}) but renders"),
                                     (Err(r), Err(e)) => {
                                         let why = r.to_string();

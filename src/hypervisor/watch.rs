@@ -8,36 +8,59 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Resolves with a reason once the cell's storage is lost: the embedded server's process died, or
-/// QEMU paused the domain on an I/O error. Never resolves while both are fine.
-pub async fn storage_lost(dom: Arc<RunningDomain>, server: Option<(&'static str, u32)>) -> String {
+/// How a cell's storage was lost during its job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageLoss {
+    /// The embedded storage server's process exited.
+    #[error("storage server lost: the embedded {name} (pid {pid}) exited during the job")]
+    ServerExited {
+        /// The server ("tgtd", "ganesha" ...).
+        name: &'static str,
+        /// Its process id.
+        pid: u32,
+    },
+    /// QEMU stopped the guest on a disk I/O error (libvirt's paused reason
+    /// [`PausedReason::IoError`]).
+    #[error("storage server lost: QEMU paused the domain on an I/O error")]
+    PausedOnIoError,
+}
+
+/// Resolves once the cell's storage is lost: the embedded server's process died, or QEMU paused
+/// the domain on an I/O error. Never resolves while both are fine.
+pub async fn storage_lost(
+    dom: Arc<RunningDomain>,
+    server: Option<(&'static str, u32)>,
+) -> StorageLoss {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
         if let Some((name, pid)) = server {
             if !crate::storage::cmd::pid_alive(pid) {
-                return format!(
-                    "storage server lost: the embedded {name} (pid {pid}) exited during the job"
-                );
+                return StorageLoss::ServerExited { name, pid };
             }
         }
         let d = dom.clone();
         let state = tokio::task::spawn_blocking(move || d.state()).await;
         if let Ok(DomainState::Paused(PausedReason::IoError)) = state {
-            return "storage server lost: QEMU paused the domain on an I/O error".into();
+            return StorageLoss::PausedOnIoError;
         }
     }
 }
 
-/// What the domain's state adds to a guest error: a domain that is gone or paused explains a
-/// closed channel or a stall better than the channel itself can.
-pub fn domain_note(dom: &RunningDomain) -> Option<String> {
-    match dom.state() {
-        DomainState::Running => None,
-        DomainState::Gone => Some("the domain is gone: QEMU exited or was killed".into()),
-        DomainState::Crashed => Some("the domain crashed".into()),
-        DomainState::Paused(r) => Some(format!("the domain is paused ({r})")),
-        DomainState::Other(s) => Some(format!("the domain is in {s}")),
+/// The domain's state when it explains a guest error: a domain that is gone or paused explains a
+/// closed channel or a stall better than the channel itself can. `None` while it runs.
+pub fn domain_note(dom: &RunningDomain) -> Option<DomainState> {
+    Some(dom.state()).filter(|s| *s != DomainState::Running)
+}
+
+/// The words a guest error gets for the domain's state ([`domain_note`]).
+pub fn describe_state(state: &DomainState) -> String {
+    match state {
+        DomainState::Running => "the domain is running".into(),
+        DomainState::Gone => "the domain is gone: QEMU exited or was killed".into(),
+        DomainState::Crashed => "the domain crashed".into(),
+        DomainState::Paused(r) => format!("the domain is paused ({r})"),
+        DomainState::Other(n) => format!("the domain is in state {n}"),
     }
 }
 

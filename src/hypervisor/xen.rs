@@ -44,9 +44,18 @@ impl fmt::Display for Datapath {
 
 /// Why a Xen cell cannot run as asked, and what to do instead (reported as the cell's skip
 /// reason).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Skip(pub String);
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Skip {
+    /// An `nfs://` network disk.
+    #[error("{}", NFS_URL_SKIP)]
+    NfsUrl,
+    /// An `iscsi://` network disk.
+    #[error("{}", ISCSI_URL_SKIP)]
+    IscsiUrl,
+    /// A shared host directory (virtio-fs).
+    #[error("{}", SHARED_DIR_SKIP)]
+    SharedDir,
+}
 
 /// The datapath label for KVM/QEMU cells, for reports: they always go through QEMU's block layer.
 pub const KVM_DATAPATH: &str = "qemu";
@@ -62,14 +71,11 @@ pub fn datapath(source: &DiskSource, format: Format) -> Result<Datapath, Skip> {
         // An image file is never a block device: blkback cannot serve it, QEMU in dom0 can.
         DiskSource::File { .. } => Ok(Datapath::Qdisk),
         DiskSource::Block { .. } => Ok(block_datapath(format)),
-        DiskSource::Network { protocol, .. } => Err(Skip(
-            match protocol {
-                NetProtocol::Nfs => NFS_URL_SKIP,
-                NetProtocol::Iscsi => ISCSI_URL_SKIP,
-            }
-            .to_string(),
-        )),
-        DiskSource::SharedDir { .. } => Err(Skip(SHARED_DIR_SKIP.to_string())),
+        DiskSource::Network { protocol, .. } => Err(match protocol {
+            NetProtocol::Nfs => Skip::NfsUrl,
+            NetProtocol::Iscsi => Skip::IscsiUrl,
+        }),
+        DiskSource::SharedDir { .. } => Err(Skip::SharedDir),
     }
 }
 
@@ -133,7 +139,7 @@ mod tests {
             (NetProtocol::Iscsi, "initiator"),
         ] {
             for f in Format::ALL {
-                let Skip(reason) = datapath(&net(p), *f).expect_err("must skip");
+                let reason = datapath(&net(p), *f).expect_err("must skip").to_string();
                 assert!(reason.contains("libxl") && reason.contains(fix), "{reason}");
             }
         }

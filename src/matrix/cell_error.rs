@@ -2,9 +2,12 @@
 //! holds the text, and `CellResult::failure_kind` holds the kind, so reports and comparisons
 //! group failures without reading the message.
 
+use super::probe::ProbeError;
+use crate::cell::{HostName, Hypervisor};
 use crate::guest::GuestError;
 use crate::hypervisor::domain_xml::DomainXmlError;
-use crate::hypervisor::libvirt::LibvirtError;
+use crate::hypervisor::libvirt::{DomainState, LibvirtError};
+use crate::hypervisor::watch::{self, StorageLoss};
 use crate::results::FailureKind;
 use crate::storage::StorageError;
 use crate::workload::EngineError;
@@ -47,12 +50,12 @@ impl fmt::Display for ConsoleTail {
 
 /// What the domain's state adds to a guest error (it is gone, paused, crashed), if anything.
 #[derive(Debug, Clone, Default)]
-pub struct DomainNote(pub Option<String>);
+pub struct DomainNote(pub Option<DomainState>);
 
 impl fmt::Display for DomainNote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Some(n) => write!(f, "; {n}"),
+            Some(s) => write!(f, "; {}", watch::describe_state(s)),
             None => Ok(()),
         }
     }
@@ -158,11 +161,14 @@ pub enum CellError {
         /// The console.
         console: ConsoleTail,
     },
+    /// The hypervisor cannot reach the provisioned disk (a Xen datapath libxl lacks).
+    #[error("{0}")]
+    Datapath(#[source] crate::hypervisor::xen::Skip),
     /// The storage server died, or QEMU paused the domain on an I/O error.
     #[error("{reason}{console}")]
     StorageLost {
         /// Which, and how.
-        reason: String,
+        reason: StorageLoss,
         /// The console.
         console: ConsoleTail,
     },
@@ -207,6 +213,57 @@ pub enum CellError {
     Interrupted,
 }
 
+/// Why a hypervisor's cells cannot run on a host: they are reported unsupported with this.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreachable {
+    /// No libvirt connection to it.
+    #[error("unsupported on this host: {hypervisor}{on}: {source}")]
+    Connect {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// The host, when it is not the default one.
+        on: OnHost,
+        /// libvirt's error.
+        source: LibvirtError,
+    },
+    /// Connected, but its probe failed (no /dev/kvm, no booting guest).
+    #[error("unsupported on this host: {hypervisor}{on}: {source}")]
+    Probe {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// The host, when it is not the default one.
+        on: OnHost,
+        /// What the probe found.
+        source: ProbeError,
+    },
+    /// The connection died (libvirtd restarted) and reconnecting failed.
+    #[error("{hypervisor}: libvirt connection lost: {source}")]
+    Lost {
+        /// The hypervisor.
+        hypervisor: Hypervisor,
+        /// libvirt's error on reconnecting.
+        source: LibvirtError,
+    },
+}
+
+/// A named host and its URI, shown after the hypervisor; nothing for the default host.
+#[derive(Debug, Clone)]
+pub struct OnHost {
+    /// The host.
+    pub host: HostName,
+    /// Its libvirt URI.
+    pub uri: String,
+}
+
+impl fmt::Display for OnHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.host.is_default() {
+            true => Ok(()),
+            false => write!(f, " on host {} ({})", self.host, self.uri),
+        }
+    }
+}
+
 /// Where a guest error happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum During {
@@ -233,6 +290,7 @@ impl CellError {
             E::HostileGuest { .. } | E::BadOutput(_) => FailureKind::HostileGuest,
             E::Agent { .. } => FailureKind::AgentError,
             E::StorageLost { .. } => FailureKind::StorageLost,
+            E::Datapath(_) => FailureKind::Config,
             E::NoIoProgress { .. } => FailureKind::Stalled,
             E::EngineFailed { .. } | E::StepUnfinished { .. } | E::JobFailed => {
                 FailureKind::EngineFailed
@@ -296,6 +354,7 @@ fn guest_kind(e: &GuestError) -> FailureKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hypervisor::libvirt::PausedReason;
 
     fn console(tail: &str) -> ConsoleTail {
         ConsoleTail {
@@ -338,12 +397,12 @@ mod tests {
                 waiting_for: "a heartbeat".into(),
                 secs: 4,
             },
-            DomainNote(Some("the domain is paused (user)".into())),
+            DomainNote(Some(DomainState::Paused(PausedReason::User))),
             console("[ 1.0] booted\n[ 2.0] fio"),
         );
         assert_eq!(
             e.to_string(),
-            "timed out after 4 s waiting for a heartbeat; the domain is paused (user)\n  \
+            "timed out after 4 s waiting for a heartbeat; the domain is paused (paused by user)\n  \
              console tail (/r/console.log):\n    | [ 1.0] booted\n    | [ 2.0] fio"
         );
         let e = CellError::BootTimeout {

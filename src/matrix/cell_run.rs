@@ -11,7 +11,7 @@ use crate::guest::boot::{boot_and_hello, BootError};
 use crate::guest::{Guest, GuestError, JobEvent, JobLimits, JobOutput};
 use crate::hypervisor::libvirt::{Libvirt, RunningDomain};
 use crate::hypervisor::watch;
-use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing};
+use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Monitor, Sizing};
 use crate::image::{ImageInfo, Initrd};
 use crate::metrics::{self, qmp, Sources};
 use crate::results::{CellResult, FailureKind, Metric, Outcome, Provenance, Timings};
@@ -171,13 +171,9 @@ impl CellCtx<'_, '_> {
         self.params.extend(disk.params.clone());
         self.params
             .insert("disk_bytes".into(), disk.size_bytes.to_string());
-        let datapath = if self.cell.hypervisor == Hypervisor::Xen {
-            crate::hypervisor::xen::datapath(&disk.source, self.cell.format)
-                .map_err(|s| CellError::Config(s.to_string()))?
-                .to_string()
-        } else {
-            "qemu".into()
-        };
+        let datapath = (self.cell.hypervisor.desc())
+            .datapath(&disk.source, self.cell.format)
+            .map_err(CellError::Datapath)?;
         self.params.insert("datapath".into(), datapath);
         self.params.extend(self.env.cfg.iotune_params());
         self.params.extend(self.env.cfg.instrument_params());
@@ -276,7 +272,9 @@ impl CellCtx<'_, '_> {
     ) -> Result<(JobOutput, Window), CellError> {
         let hv = self.cell.hypervisor;
         let sources = Sources {
-            qemu_pid: (hv != Hypervisor::Xen).then(|| b.dom.qemu_pid()).flatten(),
+            qemu_pid: (hv.desc().monitor == Monitor::Qmp)
+                .then(|| b.dom.qemu_pid())
+                .flatten(),
             server_pid: self.env.server.map(|s| s.1),
             server_name: self.env.server.map(|s| s.0),
             not_local: b.dom.not_local(),
@@ -468,7 +466,7 @@ impl CellCtx<'_, '_> {
 /// What stopped a job before it finished.
 enum JobStop {
     Guest(GuestError),
-    StorageLost(String),
+    StorageLost(watch::StorageLoss),
     /// The watchdog saw no I/O progress for this long while the guest kept its heartbeat.
     Stalled(Duration),
 }
@@ -674,10 +672,10 @@ struct Window {
 
 impl Window {
     fn finish(self, io_secs: Option<f64>, hv: Hypervisor) -> Vec<Metric> {
-        let not_on = (hv == Hypervisor::Xen).then_some("n/a on xen");
+        let not_on = hv.desc().no_qemu_process();
         match (self.start, self.end) {
             (Some(a), Some(b)) => {
-                metrics::window_metrics(&a, &b, self.peak_rss_kib, not_on, io_secs)
+                metrics::window_metrics(&a, &b, self.peak_rss_kib, not_on.as_deref(), io_secs)
             }
             _ => vec![],
         }
@@ -687,12 +685,12 @@ impl Window {
 /// The host's counters of the disk under test. Xen has no QEMU monitor for a phy disk: libvirt's
 /// domain stats there (counts, and times where the driver has them).
 fn disk_counters(d: &RunningDomain, hv: Hypervisor) -> Option<qmp::DiskCounters> {
-    match hv {
-        Hypervisor::Xen => d.block_stats(domain_xml::guest_device_name(
+    match hv.desc().monitor {
+        Monitor::DomainStats => d.block_stats(domain_xml::guest_device_name(
             hv,
             crate::cell::Bus::VirtioBlk,
         )),
-        _ => d
+        Monitor::Qmp => d
             .qmp(qmp::QUERY_BLOCKSTATS)
             .ok()
             .and_then(|a| qmp::parse_blockstats(&a).ok()),
@@ -717,7 +715,7 @@ async fn sample_window(
         }
     }
     // QEMU's latency histograms restart empty here, so the end's bins are the window's.
-    let qdev = (hv != Hypervisor::Xen)
+    let qdev = (hv.desc().monitor == Monitor::Qmp)
         .then(|| block(&dom).and_then(|b| b.qdev))
         .flatten();
     if let Some(q) = qdev {

@@ -218,10 +218,10 @@ impl MatrixConfig {
 
     /// The libvirt URI for a hypervisor.
     pub fn uri(&self, hv: Hypervisor) -> String {
-        self.connect.get(&hv).cloned().unwrap_or_else(|| match hv {
-            Hypervisor::Xen => "xen:///system".into(),
-            _ => "qemu:///system".into(),
-        })
+        self.connect
+            .get(&hv)
+            .cloned()
+            .unwrap_or_else(|| hv.desc().default_uri.into())
     }
 
     /// The hosts cells run on: the `[hosts]` names, or the default host alone.
@@ -237,7 +237,7 @@ impl MatrixConfig {
     /// libvirtd); the default host without a `[hosts]` entry uses `connect`.
     pub fn host_uri(&self, host: &crate::cell::HostName, hv: Hypervisor) -> String {
         match self.hosts.get(host) {
-            Some(uri) if hv != Hypervisor::Xen => uri.clone(),
+            Some(uri) if hv.desc().shares_hosts => uri.clone(),
             _ => self.uri(hv),
         }
     }
@@ -518,11 +518,11 @@ impl MatrixConfig {
                 "'{name}' must be at least 1 (leave it out for no limit)"
             )));
         }
-        if self.iotune().is_some() && self.hypervisor.contains(&Hypervisor::Xen) {
-            return Err(ConfigError::Invalid(
-                "--iops-limit/--bw-limit need qemu or kvm: libvirt's libxl driver has no <iotune>"
-                    .into(),
-            ));
+        let no_iotune = self.hypervisor.iter().find_map(|h| h.desc().no_iotune);
+        if let (Some(why), Some(_)) = (no_iotune, self.iotune()) {
+            return Err(ConfigError::Invalid(format!(
+                "--iops-limit/--bw-limit {why}"
+            )));
         }
         Ok(())
     }

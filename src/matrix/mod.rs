@@ -58,11 +58,7 @@ pub fn expand(cfg: &MatrixConfig) -> Plan {
 fn product(cfg: &MatrixConfig) -> Vec<Cell> {
     let mut out = Vec::new();
     for &hypervisor in &cfg.hypervisor {
-        let modes: Vec<_> = match hypervisor {
-            Hypervisor::Xen => cfg.xen_mode.iter().map(|m| Some(*m)).collect(),
-            _ => vec![None],
-        };
-        for xen_mode in modes {
+        for xen_mode in hypervisor.desc().modes(&cfg.xen_mode) {
             for &backend in &cfg.backend {
                 for &format in &cfg.format {
                     for &bus in &cfg.bus {
@@ -193,11 +189,8 @@ pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
 /// this machine only, and Xen is reached with its own URI on the default host only.
 fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     let uri = cfg.host_uri(&cell.host, cell.hypervisor);
-    if cell.hypervisor == Hypervisor::Xen && !cell.host.is_default() {
-        return Some(format!(
-            "xen cells run on the default host only (host {} is a QEMU/KVM libvirt host)",
-            cell.host
-        ));
+    if let Err(e) = cell.hypervisor.desc().check_host(&cell.host) {
+        return Some(e.to_string());
     }
     if crate::hypervisor::libvirt::is_local_uri(&uri) {
         return None;

@@ -1,7 +1,7 @@
-//! Per-hypervisor capability probe, shared by `vmbench doctor` and the matrix: KVM needs
-//! /dev/kvm *and* a guest that really boots (a nested or paravirtual KVM may start a domain whose
-//! guest never prints a thing); Xen needs a libxl connection (checked by connecting); QEMU/TCG
-//! needs nothing beyond libvirt.
+//! Per-hypervisor capability probe, shared by `vmbench doctor` and the matrix: it runs what the
+//! hypervisor's descriptor asks for ([`Probe`]): KVM needs /dev/kvm *and* a guest that really
+//! boots (a nested or paravirtual KVM may start a domain whose guest never prints a thing); Xen
+//! and QEMU/TCG need nothing beyond their libvirt connection.
 
 use super::cell_run::Cancel;
 use super::config::MatrixConfig;
@@ -9,7 +9,7 @@ use crate::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Lay
 use crate::guest::boot::{self, BootError};
 use crate::guest::dirs;
 use crate::hypervisor::libvirt::Libvirt;
-use crate::hypervisor::{DomainSpec, GuestFiles, Sizing, NAME_PREFIX};
+use crate::hypervisor::{DomainSpec, GuestFiles, Probe, Sizing, NAME_PREFIX};
 use crate::image::ImageInfo;
 use crate::storage::DiskSource;
 use std::path::Path;
@@ -17,6 +17,23 @@ use std::time::Duration;
 
 /// How long a probe boot may take before the hypervisor is declared unable to boot the guest.
 pub const PROBE_BOOT_SECS: u64 = 30;
+
+/// Why a hypervisor cannot run cells here.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The descriptor's device node is missing (the text says why it would be).
+    #[error("{0}")]
+    NoDevice(&'static str),
+    /// The probe's scratch directory or disk could not be made.
+    #[error("probe setup: {0}")]
+    Setup(#[source] std::io::Error),
+    /// The guest started but never said hello, or the wait was interrupted.
+    #[error("probe boot failed: {0}")]
+    NoHello(#[source] BootError),
+    /// The probe domain could not be defined or started.
+    #[error("{0}")]
+    Boot(#[source] BootError),
+}
 
 /// Ok when `hv` can run cells here; otherwise the reason.
 pub async fn probe(
@@ -27,22 +44,21 @@ pub async fn probe(
     work: &Path,
     cancel: &Cancel,
     run_id: &str,
-) -> Result<(), String> {
-    match hv {
-        Hypervisor::Qemu | Hypervisor::Xen => Ok(()),
-        // /dev/kvm and the probe (this machine's image files, a scratch file disk) are about
-        // this machine: a remote host's KVM is tried by its first cell.
-        Hypervisor::Kvm if !conn.is_local() => Ok(()),
-        Hypervisor::Kvm => {
-            if !Path::new("/dev/kvm").exists() {
-                return Err(
-                    "no /dev/kvm (KVM module not loaded, or no hardware virtualization)".into(),
-                );
+) -> Result<(), ProbeError> {
+    match hv.desc().probe {
+        Probe::Connect => Ok(()),
+        // The device and the probe (this machine's image files, a scratch file disk) are about
+        // this machine: a remote host's accelerator is tried by its first cell.
+        Probe::DeviceAndBoot { .. } if !conn.is_local() => Ok(()),
+        Probe::DeviceAndBoot { device, missing } => {
+            if !Path::new(device).exists() {
+                return Err(ProbeError::NoDevice(missing));
             }
             if !cfg.probe {
                 return Ok(());
             }
-            boot_probe(hv, conn, image, &work.join("probe-kvm"), cancel, run_id).await
+            let dir = work.join(format!("probe-{hv}"));
+            boot_probe(hv, conn, image, &dir, cancel, run_id).await
         }
     }
 }
@@ -55,13 +71,12 @@ pub async fn boot_probe(
     dir: &Path,
     cancel: &Cancel,
     run_id: &str,
-) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("probe setup: {e}");
-    dirs::make_work_dir(dir).map_err(io)?;
+) -> Result<(), ProbeError> {
+    dirs::make_work_dir(dir).map_err(ProbeError::Setup)?;
     let disk = dir.join("probe.raw");
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(16 << 20))
-        .map_err(io)?;
+        .map_err(ProbeError::Setup)?;
     // Not a matrix cell: a scratch raw file with the page cache, the gentlest datapath.
     let cell = Cell {
         hypervisor: hv,
@@ -103,10 +118,8 @@ pub async fn boot_probe(
             let _ = b.guest.power_off().await;
             Ok(())
         }
-        Err(e @ (BootError::NoHello { .. } | BootError::Cancelled)) => {
-            Err(format!("probe boot failed: {e}"))
-        }
-        Err(e) => Err(e.to_string()),
+        Err(e @ (BootError::NoHello { .. } | BootError::Cancelled)) => Err(ProbeError::NoHello(e)),
+        Err(e) => Err(ProbeError::Boot(e)),
     };
     let _ = std::fs::remove_dir_all(dir);
     r

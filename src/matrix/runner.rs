@@ -3,7 +3,7 @@
 //! interleaved order, writes each result durably the moment it exists (run.json, the cell's
 //! directory, the SQLite store), and tears everything down on every way out.
 
-use super::cell_error::CellError;
+use super::cell_error::{CellError, OnHost, Unreachable};
 use super::cell_run::{self, Cancel, CellEnv};
 use super::config::MatrixConfig;
 use super::progress::{Output, Ui};
@@ -116,7 +116,7 @@ struct Hosts {
 }
 
 /// A connection (or the reason there is none) per host and hypervisor.
-type Conns = BTreeMap<(HostName, Hypervisor), Result<Libvirt, String>>;
+type Conns = BTreeMap<(HostName, Hypervisor), Result<Libvirt, Unreachable>>;
 
 /// The parts of [`Hosts`] every cell reads.
 struct Shared {
@@ -130,7 +130,7 @@ struct HostRun<'a> {
     /// The UI, tagged with the host when several run.
     ui: Ui,
     plan: &'a Plan,
-    conns: BTreeMap<Hypervisor, Result<Libvirt, String>>,
+    conns: BTreeMap<Hypervisor, Result<Libvirt, Unreachable>>,
     shared: &'a Shared,
     servers: &'a Mutex<Servers>,
     counters: &'a Counters,
@@ -159,7 +159,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The connections of each host.
 fn split_by_host(
     conns: Conns,
-) -> BTreeMap<HostName, BTreeMap<Hypervisor, Result<Libvirt, String>>> {
+) -> BTreeMap<HostName, BTreeMap<Hypervisor, Result<Libvirt, Unreachable>>> {
     let mut out: BTreeMap<HostName, BTreeMap<_, _>> = BTreeMap::new();
     for ((host, hv), c) in conns {
         out.entry(host).or_default().insert(hv, c);
@@ -517,7 +517,7 @@ impl RunCtx {
                 r
             }
             Some(Err(reason)) => {
-                let r = not_run(s.cell, s.repeat, Outcome::Unsupported(reason.clone()));
+                let r = not_run(s.cell, s.repeat, Outcome::Unsupported(reason.to_string()));
                 on.conns.insert(hv, Err(reason));
                 Some(r)
             }
@@ -725,22 +725,30 @@ async fn connect_all(ctx: &RunCtx, plan: &Plan, image: &ImageInfo, work: &Path) 
     let mut out = BTreeMap::new();
     for (host, hv) in pairs {
         let uri = cfg.host_uri(&host, hv);
-        let on = if host.is_default() {
-            String::new()
-        } else {
-            format!(" on host {host} ({uri})")
+        let on = OnHost {
+            host: host.clone(),
+            uri: uri.clone(),
         };
+        let hypervisor = hv;
         let r = match tokio::task::block_in_place(|| Libvirt::connect(&uri)) {
-            Err(e) => Err(format!("unsupported on this host: {hv}{on}: {e}")),
+            Err(source) => Err(Unreachable::Connect {
+                hypervisor,
+                on,
+                source,
+            }),
             Ok(conn) => {
                 match super::probe::probe(hv, &conn, cfg, image, work, cancel, run_id).await {
                     Ok(()) => Ok(conn),
-                    Err(reason) => Err(format!("unsupported on this host: {hv}{on}: {reason}")),
+                    Err(source) => Err(Unreachable::Probe {
+                        hypervisor,
+                        on,
+                        source,
+                    }),
                 }
             }
         };
         if let Err(reason) = &r {
-            ctx.ui.line(reason.clone());
+            ctx.ui.line(reason.to_string());
         }
         out.insert((host, hv), r);
     }
@@ -751,7 +759,7 @@ async fn connect_all(ctx: &RunCtx, plan: &Plan, image: &ImageInfo, work: &Path) 
 /// remaining cells of that hypervisor can run, and destroy this run's domains that the old
 /// handles can no longer reach (libvirtd re-adopts running QEMUs after a restart).
 fn reconnect_if_dead(
-    conns: &mut BTreeMap<Hypervisor, Result<Libvirt, String>>,
+    conns: &mut BTreeMap<Hypervisor, Result<Libvirt, Unreachable>>,
     hv: Hypervisor,
     uri: &str,
     ui: &Ui,
@@ -764,7 +772,10 @@ fn reconnect_if_dead(
     ui.line(format!(
         "{hv}: libvirt connection lost; reconnecting to {uri}"
     ));
-    let fresh = Libvirt::connect(uri).map_err(|e| format!("{hv}: libvirt connection lost: {e}"));
+    let fresh = Libvirt::connect(uri).map_err(|source| Unreachable::Lost {
+        hypervisor: hv,
+        source,
+    });
     if let Ok(c) = &fresh {
         for d in c.marked_domains(Some(run_id)).unwrap_or_default() {
             ui.line(format!(

@@ -15,7 +15,7 @@
 //! ln values, `compare::stats::ratio_ci`), printed beside the write-up's own ratio: `holds` when
 //! the CI supports the finding, `does not hold` when it excludes it, `inconclusive` otherwise.
 
-use crate::cell::{Backend, Cell, Hypervisor};
+use crate::cell::{Backend, Cell};
 use crate::compare::stats::{ratio_ci, RatioCi};
 use crate::results::{CellResult, Outcome, RunRecord};
 use serde::Deserialize;
@@ -755,7 +755,7 @@ fn tcg_banner(measured: &BTreeMap<&str, Measured<'_>>) -> Option<String> {
         .collect();
     let tcg = cells
         .iter()
-        .filter(|c| c.hypervisor == Hypervisor::Qemu)
+        .filter(|c| c.hypervisor.desc().emulated_cpu)
         .count();
     (tcg > 0).then(|| {
         format!(
@@ -869,7 +869,7 @@ pub fn against(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{Format, Link};
+    use crate::cell::{Format, Hypervisor, Link};
 
     /// A real stored run: a run.json, or the run inside a `vmbench export` file.
     fn real(text: &str) -> RunRecord {
