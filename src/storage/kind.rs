@@ -237,3 +237,85 @@ pub fn default_backends() -> Vec<Backend> {
         .map(|d| d.backend())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::Format;
+
+    #[test]
+    fn each_backend_has_its_own_descriptor_and_its_answers_agree() {
+        let opts = StorageConfig::default();
+        for b in Backend::ALL {
+            let d = descriptor(*b);
+            assert_eq!((d.backend(), d.name()), (*b, b.as_str()));
+            let cell = super::super::testutil::cell(*b, Format::Raw);
+            let planned = d.plan_source(&opts, &cell, Path::new("/w"), Path::new("/s"));
+            // Networked means the planned disk is a network disk of that protocol.
+            let protocol = match planned {
+                DiskSource::Network { protocol, .. } => Some(protocol),
+                _ => None,
+            };
+            assert_eq!(d.net_protocol(), protocol, "{b}");
+            assert_eq!(
+                d.shares_directory(),
+                matches!(planned, DiskSource::SharedDir { .. }),
+                "{b}"
+            );
+            // An embedded server is one cleanup can find.
+            if let Some(name) = d.embedded_server() {
+                assert!(
+                    d.has_server() && !d.leftover_processes().is_empty(),
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(
+            default_backends(),
+            [Backend::Local, Backend::Nfs, Backend::Iscsi]
+        );
+    }
+
+    #[test]
+    fn option_checks_are_typed_and_keep_their_wording() {
+        let mut o = StorageConfig::default();
+        let e = validate(&[Backend::Block], &o).unwrap_err();
+        assert!(matches!(
+            e,
+            StorageError::Option(OptionError::Needs {
+                backend: Backend::Block,
+                ..
+            })
+        ));
+        assert_eq!(
+            e.to_string(),
+            "backend 'block' needs --block-device /dev/X (and --allow-destroy)"
+        );
+        o.block_device = Some("/dev/loop7".into());
+        assert!(matches!(
+            validate(&[Backend::Local], &o),
+            Err(StorageError::Option(OptionError::DestroyUnconfirmed))
+        ));
+        o.allow_destroy = true;
+        assert_eq!(
+            validate(&[Backend::Lvm], &o).unwrap_err().to_string(),
+            "backend 'lvm' needs --lvm-vg VG"
+        );
+        o.lvm_thin_pool = Some("snapshot0".into());
+        let e = validate(&[Backend::Local], &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid LVM thin pool name 'snapshot0'"),
+            "{e}"
+        );
+        o.nfs = Some("nfs://10.1.1.1/srv".parse().unwrap());
+        let shaped: Link = "100mbit".parse().unwrap();
+        assert_eq!(check_links(&[Backend::Iscsi], shaped, &o), Ok(()));
+        assert_eq!(
+            check_links(&[Backend::Nfs, Backend::Iscsi], shaped, &o),
+            Err(OptionError::ShapedExternal {
+                link: shaped,
+                flag: "--nfs"
+            })
+        );
+    }
+}
