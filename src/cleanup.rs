@@ -11,7 +11,6 @@ use crate::hypervisor::libvirt::Libvirt;
 use crate::results::rundir::run_is_live;
 use crate::storage::chap;
 use crate::storage::cmd::cmdline;
-use crate::storage::ganesha::Ganesha;
 use crate::storage::netns;
 use crate::storage::pool;
 use crate::storage::servers::EmbeddedServer;
@@ -26,14 +25,6 @@ pub struct Report {
     /// Found but left alone, with the reason.
     pub kept: Vec<String>,
 }
-
-/// The embedded servers vmbench starts; nothing else is ever signalled.
-const SERVER_COMMS: [&str; 4] = [
-    <Ganesha as EmbeddedServer>::BINARY,
-    <Tgt as EmbeddedServer>::BINARY,
-    "rpcbind",
-    crate::storage::hostdir::NAME,
-];
 
 /// What `vmbench cleanup` judges and how (the CLI's flags, as plain values).
 #[derive(Debug, Clone)]
@@ -280,7 +271,8 @@ fn clean_namespaces(id: &str, dry: bool, rep: &mut Report) {
     }
 }
 
-/// Server processes (by name, [`SERVER_COMMS`]) that belong to a run: their command line (the
+/// Server processes (by name, [`crate::storage::kind::leftover_processes`]: the servers vmbench
+/// starts; nothing else is ever signalled) that belong to a run: their command line (the
 /// ganesha config) or their stdout/stderr (every server's log, rpcbind's included) lies in the
 /// run's `servers/` directory. Found this way rather than by pid file alone, because tgtd and
 /// rpcbind write none, and a pid file can name a recycled pid; the process list is what
@@ -297,7 +289,7 @@ pub fn server_processes(servers_dir: &Path) -> Vec<(u32, String)> {
         return vec![];
     }
     let mut out = Vec::new();
-    for comm in SERVER_COMMS {
+    for comm in crate::storage::kind::leftover_processes() {
         for pid in crate::storage::cmd::pids_named(comm) {
             let under = |p: &Path| roots.iter().any(|r| p.starts_with(r));
             let by_args = cmdline(pid).iter().any(|a| under(Path::new(a)));

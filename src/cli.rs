@@ -686,10 +686,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     s.allow_destroy |= a.allow_destroy;
     s.force |= a.force;
     test_hooks(&mut c, a)?;
-    if a.preset.is_some() && c.storage.block_device.is_none() {
+    if a.preset.is_some() {
         // A preset's block system needs a device the user names; without one it is listed as
         // not measured (see `SeedPreset::not_here`) instead of refusing the whole preset.
-        c.backend.retain(|b| *b != crate::cell::Backend::Block);
+        let storage = &c.storage;
+        c.backend
+            .retain(|b| !crate::storage::descriptor(*b).preset_needs_device(storage));
     }
     c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(c)

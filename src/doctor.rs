@@ -2,7 +2,7 @@
 //! ([`crate::matrix::probe`], the backends' `check()`), so a cell doctor calls unsupported is
 //! reported unsupported by the matrix, with the same reason.
 
-use crate::cell::{Backend, Hypervisor};
+use crate::cell::Hypervisor;
 use crate::hypervisor::libvirt::Libvirt;
 use crate::hypervisor::Probe;
 use crate::matrix::cell_run::Cancel;
@@ -107,10 +107,10 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
             .map_err(|e| format!("no libxl connection: {e}")),
         "unsupported",
     ));
-    for b in Backend::ALL {
+    for d in crate::storage::descriptors() {
         out.push(check(
-            &format!("backend {b}"),
-            crate::storage::host_support(*b),
+            &format!("backend {}", d.name()),
+            d.host_support(),
             "unsupported",
         ));
     }

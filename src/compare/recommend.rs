@@ -16,7 +16,6 @@
 
 pub use super::objective::{CellKind, Objective, Profile, PROFILES};
 use super::{test_values, Method, Spread};
-use crate::cell::Backend;
 use crate::results::{CellResult, Outcome, RunRecord};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -837,10 +836,7 @@ fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
     let kind = CellKind {
         // The engine whose figures are laid out per cell is ranked on those figures.
         bonnie: engine.table.cell_tables().is_some(),
-        serverless: matches!(
-            reps[0].cell.backend,
-            Backend::Local | Backend::Block | Backend::Lvm
-        ),
+        serverless: !crate::storage::descriptor(reps[0].cell.backend).has_server(),
     };
     let values = Objective::all()
         .map(|o| (o, reps.iter().filter_map(|r| o.value(r, kind)).collect()))

@@ -139,7 +139,7 @@ impl Default for MatrixConfig {
         MatrixConfig {
             hypervisor: vec![Hypervisor::Qemu],
             xen_mode: vec![XenMode::Pvh],
-            backend: vec![Backend::Local, Backend::Nfs, Backend::Iscsi],
+            backend: crate::storage::kind::default_backends(),
             format: vec![Format::Qcow2, Format::Raw],
             bus: vec![Bus::VirtioBlk],
             cache: vec![CacheMode::None],
@@ -309,24 +309,8 @@ impl MatrixConfig {
         let Some(shaped) = self.link.iter().find(|l| l.is_shaped()) else {
             return Ok(());
         };
-        let external = [
-            (Backend::Nfs, "--nfs", self.storage.nfs.is_some()),
-            (
-                Backend::Nfs,
-                "--nfs-mount",
-                self.storage.nfs_mount.is_some(),
-            ),
-            (Backend::Iscsi, "--iscsi", self.storage.iscsi.is_some()),
-        ];
-        for (backend, flag, is_external) in external {
-            if is_external && self.backend.contains(&backend) {
-                return Err(ConfigError::Invalid(format!(
-                    "link '{shaped}' with an external {flag} server: vmbench cannot shape \
-                     someone else's network (use --link loopback, or the embedded server)"
-                )));
-            }
-        }
-        Ok(())
+        crate::storage::kind::check_links(&self.backend, *shaped, &self.storage)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))
     }
 
     /// Rejects empty dimensions, zero counts and contradictions.
@@ -374,40 +358,8 @@ impl MatrixConfig {
                 "'memory_mib' must be at least 128".into(),
             ));
         }
-        if self.backend.contains(&Backend::Block) && self.storage.block_device.is_none() {
-            return Err(ConfigError::Invalid(
-                "backend 'block' needs --block-device /dev/X (and --allow-destroy)".into(),
-            ));
-        }
-        if self.storage.block_device.is_some() && !self.storage.allow_destroy {
-            return Err(ConfigError::Invalid(
-                "--block-device destroys the device's contents: add --allow-destroy to confirm"
-                    .into(),
-            ));
-        }
-        if self.backend.contains(&Backend::Lvm) && self.storage.lvm_vg.is_none() {
-            return Err(ConfigError::Invalid(
-                "backend 'lvm' needs --lvm-vg VG".into(),
-            ));
-        }
-        let lvm_names = [
-            ("volume group", &self.storage.lvm_vg),
-            ("thin pool", &self.storage.lvm_thin_pool),
-        ];
-        for (what, name) in lvm_names {
-            if let Some(n) = name {
-                crate::storage::lvm::validate_name(what, n, what == "thin pool")
-                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-            }
-        }
-        self.storage
-            .validate()
+        crate::storage::kind::validate(&self.backend, &self.storage)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if self.storage.nfs.is_some() && self.storage.nfs_mount.is_some() {
-            return Err(ConfigError::Invalid(
-                "--nfs and --nfs-mount contradict each other: give one".into(),
-            ));
-        }
         for rule in self.exclude.iter().chain(&self.include) {
             super::check_rule(rule)?;
         }

@@ -132,7 +132,7 @@ fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
 /// Multiplies the cells whose disk is reached over the network (nfs, iscsi) by the links; the
 /// other backends have no link to shape and stay on the default one.
 fn with_links(cells: Vec<Cell>, links: &[crate::cell::Link]) -> Vec<Cell> {
-    let networked = |c: &Cell| matches!(c.backend, Backend::Nfs | Backend::Iscsi);
+    let networked = |c: &Cell| crate::storage::descriptor(c.backend).networked();
     cells
         .into_iter()
         .flat_map(|c| {
@@ -195,32 +195,9 @@ fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     if crate::hypervisor::libvirt::is_local_uri(&uri) {
         return None;
     }
-    if cell.backend == Backend::Iscsi && cfg.storage.iscsi_chap_file.is_some() {
-        return Some(format!(
-            "the iSCSI CHAP secret is defined on this machine's libvirtd only; host {} ({uri}) \
-             cannot use --iscsi-chap-file",
-            cell.host
-        ));
-    }
-    if cell.backend == Backend::Nfs && cfg.storage.nfs_mount.is_some() {
-        return Some(format!(
-            "--nfs-mount names a mount on this machine; host {} ({uri}) cannot open files there \
-             (give it --nfs URL, which QEMU on that host reaches itself)",
-            cell.host
-        ));
-    }
-    let embedded = match cell.backend {
-        Backend::Nfs => cfg.storage.nfs.is_none(),
-        Backend::Iscsi => cfg.storage.iscsi.is_none(),
-        _ => false,
-    };
-    embedded.then(|| {
-        format!(
-            "the embedded {} server is local-only; host {} ({uri}) needs an external server \
-             (--{})",
-            cell.backend, cell.host, cell.backend
-        )
-    })
+    crate::storage::descriptor(cell.backend)
+        .remote_blocker(&cfg.storage)
+        .map(|b| b.on_host(&cell.host, &uri))
 }
 
 /// Rule keys and their checks: every key must be a dimension and every value one of its values.

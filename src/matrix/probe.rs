@@ -5,7 +5,7 @@
 
 use super::cell_run::Cancel;
 use super::config::MatrixConfig;
-use crate::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, WorkloadId};
+use crate::cell::{Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout, WorkloadId};
 use crate::guest::boot::{self, BootError};
 use crate::guest::dirs;
 use crate::hypervisor::libvirt::Libvirt;
@@ -81,7 +81,7 @@ pub async fn boot_probe(
     let cell = Cell {
         hypervisor: hv,
         xen_mode: None,
-        backend: Backend::Local,
+        backend: crate::storage::kind::scratch_backend(),
         format: Format::Raw,
         bus: Bus::VirtioBlk,
         cache: CacheMode::Writeback,

@@ -16,7 +16,7 @@ use crate::results::rundir::RunDir;
 use crate::results::store::Store;
 use crate::results::{CellResult, Outcome, Provenance, RunRecord, Timings};
 use crate::storage;
-use crate::storage::servers::{OpenError, Servers};
+use crate::storage::servers::Servers;
 use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -558,7 +558,8 @@ impl RunCtx {
         };
         let site = self.site(cell, conn.uri());
         let disks = storage::disk_place(&self.cfg.storage, &site, &shared.work, &self.run_id);
-        if let (Some(base), crate::cell::Backend::Local) = (site.base_dir(), cell.backend) {
+        let in_place = storage::descriptor(cell.backend).uses_disk_place();
+        if let (Some(base), true) = (site.base_dir(), in_place) {
             let name = site.run_dir_name(&self.run_id);
             on.disk_dir
                 .get_or_insert((conn.uri().to_string(), base, name));
@@ -573,10 +574,10 @@ impl RunCtx {
         );
         let (mut backend, server) = match opened {
             Ok(o) => (o.backend, o.server),
-            Err(OpenError::Unsupported(r)) => {
-                return Some(not_run(cell, repeat, Outcome::Unsupported(r)))
+            Err(e) if e.is_unsupported() => {
+                return Some(not_run(cell, repeat, Outcome::Unsupported(e.to_string())))
             }
-            Err(OpenError::Failed(r)) => return Some(failed(cell, repeat, CellError::Backend(r))),
+            Err(e) => return Some(failed(cell, repeat, CellError::Backend(e.to_string()))),
         };
         if let Err(u) = backend.check() {
             return Some(not_run(

@@ -304,6 +304,78 @@ impl Drop for BlockBackend {
     }
 }
 
+/// The `block` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Block
+    }
+
+    fn local_only(&self) -> Option<&'static str> {
+        Some(
+            "block cells run on this machine only (the device's safety checks run here; a \
+             device on a remote host is not implemented yet)",
+        )
+    }
+
+    fn validate(
+        &self,
+        opts: &super::options::StorageConfig,
+        selected: bool,
+    ) -> Result<(), StorageError> {
+        if selected && opts.block_device.is_none() {
+            return Err(super::OptionError::Needs {
+                backend: self.backend(),
+                needs: "--block-device /dev/X (and --allow-destroy)",
+            }
+            .into());
+        }
+        if opts.block_device.is_some() && !opts.allow_destroy {
+            return Err(super::OptionError::DestroyUnconfirmed.into());
+        }
+        Ok(())
+    }
+
+    fn preset_needs_device(&self, opts: &super::options::StorageConfig) -> bool {
+        opts.block_device.is_none()
+    }
+
+    fn plan_source(
+        &self,
+        opts: &super::options::StorageConfig,
+        _cell: &Cell,
+        _work: &Path,
+        _servers: &Path,
+    ) -> DiskSource {
+        DiskSource::Block {
+            dev: opts.block_device.clone().unwrap_or_default(),
+        }
+    }
+
+    fn open(
+        &self,
+        opts: &super::options::StorageConfig,
+        _link: crate::cell::Link,
+        _servers: &mut super::servers::Servers,
+        _work: &Path,
+        _disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        Ok(super::Opened::plain(Box::new(BlockBackend::new(
+            opts.block_device.clone().unwrap_or_default(),
+            opts.allow_destroy,
+            opts.force,
+        ))))
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        Ok("needs --block-device DEV --allow-destroy".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -246,6 +246,80 @@ impl Drop for HostdirBackend {
     }
 }
 
+/// The `hostdir` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Hostdir
+    }
+
+    fn local_only(&self) -> Option<&'static str> {
+        Some("hostdir cells run on this machine only (virtiofsd runs here)")
+    }
+
+    fn has_server(&self) -> bool {
+        true
+    }
+
+    fn shares_directory(&self) -> bool {
+        true
+    }
+
+    fn plan_source(
+        &self,
+        opts: &super::options::StorageConfig,
+        _cell: &Cell,
+        work: &Path,
+        _servers: &Path,
+    ) -> DiskSource {
+        DiskSource::SharedDir {
+            socket: work.join(format!("virtiofs-{}.sock", super::PLANNED_TAG)),
+            dir: super::local_dir(opts, work)
+                .join(format!("vmbench-hostdir-{}", super::PLANNED_TAG)),
+        }
+    }
+
+    /// Its virtiofsd runs from here on, so the cell watches and measures it like an embedded
+    /// server.
+    fn open(
+        &self,
+        opts: &super::options::StorageConfig,
+        _link: crate::cell::Link,
+        servers: &mut super::servers::Servers,
+        work: &Path,
+        _disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        use super::servers::OpenError;
+        let logs = servers.log_dir(NAME);
+        let b =
+            HostdirBackend::start(&super::local_dir(opts, work), work, &logs).map_err(
+                |e| match e {
+                    StorageError::Unsupported(u) => OpenError::Unsupported(u),
+                    e => OpenError::Failed(std::sync::Arc::new(e)),
+                },
+            )?;
+        let server = Some((NAME, b.pid()));
+        Ok(super::Opened {
+            backend: Box::new(b),
+            server,
+        })
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        host_check()
+            .map(|()| "available (virtio-fs; runs with --layout ext4)".into())
+            .map_err(|u| u.0)
+    }
+
+    fn leftover_processes(&self) -> &'static [&'static str] {
+        &[NAME]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -597,6 +597,114 @@ impl Drop for IscsiBackend {
     }
 }
 
+/// The `iscsi` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Iscsi
+    }
+
+    fn net_protocol(&self) -> Option<super::NetProtocol> {
+        Some(super::NetProtocol::Iscsi)
+    }
+
+    fn embedded_server(&self) -> Option<&'static str> {
+        Some(<Tgt as super::servers::EmbeddedServer>::NAME)
+    }
+
+    fn in_default_matrix(&self) -> bool {
+        true
+    }
+
+    fn remote_blocker(&self, opts: &super::options::StorageConfig) -> Option<super::RemoteBlocker> {
+        if opts.iscsi_chap_file.is_some() {
+            Some(super::RemoteBlocker::ChapSecretHere)
+        } else {
+            opts.iscsi
+                .is_none()
+                .then_some(super::RemoteBlocker::EmbeddedServer(self.backend()))
+        }
+    }
+
+    fn external_flag(&self, opts: &super::options::StorageConfig) -> Option<&'static str> {
+        opts.iscsi.is_some().then_some("--iscsi")
+    }
+
+    fn plan_source(
+        &self,
+        opts: &super::options::StorageConfig,
+        _cell: &Cell,
+        _work: &Path,
+        _servers: &Path,
+    ) -> DiskSource {
+        match &opts.iscsi {
+            Some(u) => network_source(
+                &u.target,
+                u.lun,
+                &u.host,
+                u.port,
+                opts.iscsi_chap_file.as_deref().map(planned_chap),
+            ),
+            None => network_source(
+                &format!("{}:{}", super::tgt::IQN_PREFIX, super::PLANNED_TAG),
+                1,
+                super::netns::PLANNED_SERVER,
+                Some(super::tgt::DEFAULT_PORTAL_PORT),
+                None,
+            ),
+        }
+    }
+
+    fn open(
+        &self,
+        opts: &super::options::StorageConfig,
+        link: crate::cell::Link,
+        servers: &mut super::servers::Servers,
+        _work: &Path,
+        _disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        let Some(url) = &opts.iscsi else {
+            let t = servers.tgt(link)?;
+            let server = Some(super::servers::identity(t.as_ref()));
+            return Ok(super::Opened {
+                backend: Box::new(IscsiBackend::embedded(t)),
+                server,
+            });
+        };
+        let chap = match &opts.iscsi_chap_file {
+            Some(f) => Some(servers.iscsi_chap(f)?),
+            None => None,
+        };
+        Ok(super::Opened::plain(Box::new(IscsiBackend::external_url(
+            url.clone(),
+            chap,
+        ))))
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        super::servers::installed::<Tgt>()
+    }
+
+    fn leftover_processes(&self) -> &'static [&'static str] {
+        &[<Tgt as super::servers::EmbeddedServer>::BINARY]
+    }
+}
+
+/// The `<auth>` an external LUN with `--iscsi-chap-file` will get: the file's user name (read,
+/// not the secret; `USER` if it cannot be read) and a placeholder secret usage.
+fn planned_chap(file: &Path) -> NetAuth {
+    NetAuth::IscsiChap {
+        username: Chap::from_file(file)
+            .map(|c| c.username().to_string())
+            .unwrap_or_else(|_| "USER".into()),
+        secret_usage: format!("{}ext-{}", super::chap::USAGE_PREFIX, super::PLANNED_TAG),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

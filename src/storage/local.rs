@@ -302,6 +302,60 @@ impl Drop for LocalBackend {
     }
 }
 
+/// The `local` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Local
+    }
+
+    fn in_default_matrix(&self) -> bool {
+        true
+    }
+
+    fn uses_disk_place(&self) -> bool {
+        true
+    }
+
+    fn plan_source(
+        &self,
+        opts: &super::options::StorageConfig,
+        cell: &Cell,
+        work: &Path,
+        _servers: &Path,
+    ) -> DiskSource {
+        DiskSource::File {
+            path: super::local_dir(opts, work).join(super::image_name(super::PLANNED_TAG, cell)),
+        }
+    }
+
+    fn open(
+        &self,
+        opts: &super::options::StorageConfig,
+        _link: crate::cell::Link,
+        _servers: &mut super::servers::Servers,
+        _work: &Path,
+        disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        Ok(super::Opened::plain(Box::new(LocalBackend::on_host(
+            disks.clone(),
+            opts.prealloc.unwrap_or(Prealloc::Off),
+        ))))
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        let probe = LocalBackend::new(std::env::temp_dir(), Prealloc::Off);
+        match probe.check() {
+            Ok(()) => Ok("available".into()),
+            Err(u) => Err(u.0),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -261,6 +261,84 @@ impl Drop for LvmBackend {
     }
 }
 
+/// The `lvm` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Lvm
+    }
+
+    fn local_only(&self) -> Option<&'static str> {
+        Some(
+            "lvm cells run on this machine only (LVM on a remote host would need a libvirt \
+             logical pool there, not implemented yet)",
+        )
+    }
+
+    fn validate(
+        &self,
+        opts: &super::options::StorageConfig,
+        selected: bool,
+    ) -> Result<(), StorageError> {
+        if selected && opts.lvm_vg.is_none() {
+            return Err(super::OptionError::Needs {
+                backend: self.backend(),
+                needs: "--lvm-vg VG",
+            }
+            .into());
+        }
+        if let Some(vg) = &opts.lvm_vg {
+            validate_name("volume group", vg, false)?;
+        }
+        if let Some(pool) = &opts.lvm_thin_pool {
+            validate_name("thin pool", pool, true)?;
+        }
+        Ok(())
+    }
+
+    fn plan_source(
+        &self,
+        opts: &super::options::StorageConfig,
+        _cell: &Cell,
+        _work: &Path,
+        _servers: &Path,
+    ) -> DiskSource {
+        DiskSource::Block {
+            dev: lv_device(
+                opts.lvm_vg.as_deref().unwrap_or_default(),
+                &format!("vmbench-{}", super::PLANNED_TAG),
+            ),
+        }
+    }
+
+    fn open(
+        &self,
+        opts: &super::options::StorageConfig,
+        _link: crate::cell::Link,
+        _servers: &mut super::servers::Servers,
+        _work: &Path,
+        _disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        Ok(super::Opened::plain(Box::new(LvmBackend::new(
+            opts.lvm_vg.clone().unwrap_or_default(),
+            opts.lvm_thin_pool.clone(),
+        ))))
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        if !device_mapper_present() {
+            return Err("no device-mapper (LVM volumes cannot be activated)".into());
+        }
+        host_check()
+            .map(|()| "device-mapper and lvm2 present; needs --lvm-vg".into())
+            .map_err(|u| u.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

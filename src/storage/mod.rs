@@ -18,6 +18,7 @@ pub mod firewall;
 pub mod ganesha;
 pub mod hostdir;
 pub mod iscsi;
+pub mod kind;
 pub mod leftovers;
 pub mod local;
 pub mod lvm;
@@ -30,6 +31,8 @@ pub mod servers;
 pub mod testutil;
 pub mod tgt;
 pub mod tgt_ipc;
+
+pub use kind::{descriptor, descriptors, BackendKind, OptionError, RemoteBlocker};
 
 /// Why a backend cannot run on this host (reported as "unsupported on this host: REASON").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +65,9 @@ pub enum StorageError {
     /// The user's parameters are wrong (exit 2 when found before the run).
     #[error("{0}")]
     Invalid(String),
+    /// A backend's options are wrong (exit 2 before the run).
+    #[error(transparent)]
+    Option(#[from] OptionError),
     /// The backend is not possible on this host.
     #[error("unsupported on this host: {0}")]
     Unsupported(#[from] Unsupported),
@@ -201,146 +207,45 @@ pub fn open(
     work: &Path,
     disks: &pool::PoolPlace,
 ) -> Result<Opened, OpenError> {
-    let plain = |b: Box<dyn StorageBackend>| Opened {
-        backend: b,
-        server: None,
-    };
-    if let Some(why) = local_only(backend, &disks.uri) {
-        return Err(OpenError::Unsupported(format!(
-            "unsupported on this host: {why}"
-        )));
+    if let Some(l) = local_only(backend, &disks.uri) {
+        return Err(OpenError::LocalOnly(l));
     }
-    Ok(match backend {
-        Backend::Local => plain(Box::new(local::LocalBackend::on_host(
-            disks.clone(),
-            opts.prealloc.unwrap_or(local::Prealloc::Off),
-        ))),
-        Backend::Nfs => match (&opts.nfs_mount, &opts.nfs) {
-            (Some(m), _) => plain(Box::new(nfs::NfsBackend::mounted(m.clone()))),
-            (None, Some(url)) => plain(Box::new(nfs::NfsBackend::external_url(url.clone()))),
-            (None, None) => {
-                let g = servers.ganesha(link)?;
-                let server = Some(servers::identity(g.as_ref()));
-                Opened {
-                    backend: Box::new(nfs::NfsBackend::embedded(g)),
-                    server,
-                }
-            }
-        },
-        Backend::Iscsi => match &opts.iscsi {
-            Some(url) => {
-                let chap = match &opts.iscsi_chap_file {
-                    Some(f) => Some(servers.iscsi_chap(f)?),
-                    None => None,
-                };
-                plain(Box::new(iscsi::IscsiBackend::external_url(
-                    url.clone(),
-                    chap,
-                )))
-            }
-            None => {
-                let t = servers.tgt(link)?;
-                let server = Some(servers::identity(t.as_ref()));
-                Opened {
-                    backend: Box::new(iscsi::IscsiBackend::embedded(t)),
-                    server,
-                }
-            }
-        },
-        Backend::Lvm => plain(Box::new(lvm::LvmBackend::new(
-            opts.lvm_vg.clone().unwrap_or_default(),
-            opts.lvm_thin_pool.clone(),
-        ))),
-        Backend::Block => plain(Box::new(block::BlockBackend::new(
-            opts.block_device.clone().unwrap_or_default(),
-            opts.allow_destroy,
-            opts.force,
-        ))),
-        Backend::Hostdir => open_hostdir(opts, work, &servers.log_dir(hostdir::NAME))?,
-    })
+    descriptor(backend).open(opts, link, servers, work, disks)
+}
+
+impl Opened {
+    /// A backend without a server to watch.
+    pub fn plain(backend: Box<dyn StorageBackend>) -> Opened {
+        Opened {
+            backend,
+            server: None,
+        }
+    }
+}
+
+/// A backend that acts on this machine (lvm2 commands, the block device's checks, virtiofsd)
+/// asked for on another libvirt host, where it would make or check the wrong disk. A `logical`
+/// pool and a device named on the target host are the way there (issue 14), not implemented
+/// yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}; host {uri}")]
+pub struct LocalOnly {
+    /// The backend's reason ([`BackendKind::local_only`]).
+    pub why: &'static str,
+    /// The libvirt host's URI.
+    pub uri: String,
 }
 
 /// Why `backend` cannot serve a cell on the libvirt host `uri` when that host is not this
-/// machine: these backends act on this machine (lvm2 commands, the block device's checks,
-/// virtiofsd), so on a remote host they would make or check the wrong disk. A `logical` pool
-/// and a device named on the target host are the way there (issue 14), not implemented yet.
-pub fn local_only(backend: Backend, uri: &str) -> Option<String> {
+/// machine.
+pub fn local_only(backend: Backend, uri: &str) -> Option<LocalOnly> {
     if crate::hypervisor::libvirt::is_local_uri(uri) {
         return None;
     }
-    let why = match backend {
-        Backend::Lvm => {
-            "lvm cells run on this machine only (LVM on a remote host would need a \
-                         libvirt logical pool there, not implemented yet)"
-        }
-        Backend::Block => {
-            "block cells run on this machine only (the device's safety checks \
-                           run here; a device on a remote host is not implemented yet)"
-        }
-        Backend::Hostdir => "hostdir cells run on this machine only (virtiofsd runs here)",
-        Backend::Local | Backend::Nfs | Backend::Iscsi => return None,
-    };
-    Some(format!("{why}; host {uri}"))
-}
-
-/// The hostdir backend: its virtiofsd runs from here on, so the cell watches and measures it
-/// like an embedded server.
-fn open_hostdir(opts: &StorageConfig, work: &Path, logs: &Path) -> Result<Opened, OpenError> {
-    let b = hostdir::HostdirBackend::start(&local_dir(opts, work), work, logs).map_err(
-        |e| match e {
-            StorageError::Unsupported(u) => {
-                OpenError::Unsupported(format!("unsupported on this host: {u}"))
-            }
-            e => OpenError::Failed(e.to_string()),
-        },
-    )?;
-    let server = Some((hostdir::NAME, b.pid()));
-    Ok(Opened {
-        backend: Box::new(b),
-        server,
+    descriptor(backend).local_only().map(|why| LocalOnly {
+        why,
+        uri: uri.to_string(),
     })
-}
-
-/// Whether `backend` can run on this host at all, without creating or starting anything (for
-/// `vmbench doctor`): Ok with a note, or the reason.
-pub fn host_support(backend: Backend) -> Result<String, String> {
-    let probe: Box<dyn StorageBackend> = match backend {
-        Backend::Local => Box::new(local::LocalBackend::new(
-            std::env::temp_dir(),
-            local::Prealloc::Off,
-        )),
-        Backend::Nfs => return servers::installed::<ganesha::Ganesha>(),
-        Backend::Iscsi => return servers::installed::<tgt::Tgt>(),
-        Backend::Lvm if !lvm::device_mapper_present() => {
-            return Err("no device-mapper (LVM volumes cannot be activated)".into())
-        }
-        Backend::Lvm => {
-            return lvm::host_check()
-                .map(|()| "device-mapper and lvm2 present; needs --lvm-vg".into())
-                .map_err(|u| u.0)
-        }
-        Backend::Block => return Ok("needs --block-device DEV --allow-destroy".into()),
-        Backend::Hostdir => {
-            return hostdir::host_check()
-                .map(|()| "available (virtio-fs; runs with --layout ext4)".into())
-                .map_err(|u| u.0)
-        }
-    };
-    match probe.check() {
-        Ok(()) => Ok("available".into()),
-        Err(u) => Err(u.0),
-    }
-}
-
-/// The `<auth>` an external LUN with `--iscsi-chap-file` will get: the file's user name (read,
-/// not the secret; `USER` if it cannot be read) and a placeholder secret usage.
-fn planned_chap(file: &Path) -> NetAuth {
-    NetAuth::IscsiChap {
-        username: chap::Chap::from_file(file)
-            .map(|c| c.username().to_string())
-            .unwrap_or_else(|_| "USER".into()),
-        secret_usage: format!("{}ext-{PLANNED_TAG}", chap::USAGE_PREFIX),
-    }
 }
 
 fn local_dir(opts: &StorageConfig, work: &Path) -> PathBuf {
@@ -419,53 +324,7 @@ pub const PLANNED_TAG: &str = "TAG";
 /// default is taken, LV names) are placeholders. `work` and `servers` are the run's work and
 /// server directories.
 pub fn plan_source(opts: &StorageConfig, cell: &Cell, work: &Path, servers: &Path) -> DiskSource {
-    let image = image_name(PLANNED_TAG, cell);
-    match cell.backend {
-        Backend::Local => DiskSource::File {
-            path: local_dir(opts, work).join(image),
-        },
-        Backend::Nfs => match (&opts.nfs_mount, &opts.nfs) {
-            (Some(m), _) => DiskSource::File {
-                path: m.join(image),
-            },
-            (None, Some(url)) => nfs::network_source(&url.host, &url.export, &image, None),
-            (None, None) => nfs::network_source(
-                netns::PLANNED_SERVER,
-                &servers.join("ganesha/export").to_string_lossy(),
-                &image,
-                Some(nfs::embedded_identity()),
-            ),
-        },
-        Backend::Iscsi => match &opts.iscsi {
-            Some(u) => iscsi::network_source(
-                &u.target,
-                u.lun,
-                &u.host,
-                u.port,
-                opts.iscsi_chap_file.as_deref().map(planned_chap),
-            ),
-            None => iscsi::network_source(
-                &format!("{}:{PLANNED_TAG}", tgt::IQN_PREFIX),
-                1,
-                netns::PLANNED_SERVER,
-                Some(tgt::DEFAULT_PORTAL_PORT),
-                None,
-            ),
-        },
-        Backend::Block => DiskSource::Block {
-            dev: opts.block_device.clone().unwrap_or_default(),
-        },
-        Backend::Lvm => DiskSource::Block {
-            dev: lvm::lv_device(
-                opts.lvm_vg.as_deref().unwrap_or_default(),
-                &format!("vmbench-{PLANNED_TAG}"),
-            ),
-        },
-        Backend::Hostdir => DiskSource::SharedDir {
-            socket: work.join(format!("virtiofs-{PLANNED_TAG}.sock")),
-            dir: local_dir(opts, work).join(format!("vmbench-hostdir-{PLANNED_TAG}")),
-        },
-    }
+    descriptor(cell.backend).plan_source(opts, cell, work, servers)
 }
 
 #[cfg(test)]
@@ -490,7 +349,9 @@ mod plan_tests {
     fn backends_that_act_on_this_machine_refuse_a_remote_host() {
         let remote = "qemu+tcp://169.254.10.2/system";
         for b in [Backend::Lvm, Backend::Block, Backend::Hostdir] {
-            let why = local_only(b, remote).unwrap_or_default();
+            let why = local_only(b, remote)
+                .map(|l| l.to_string())
+                .unwrap_or_default();
             assert!(
                 why.contains("this machine only") && why.contains(remote),
                 "{b}: {why}"

@@ -505,6 +505,104 @@ impl Drop for NfsBackend {
     }
 }
 
+/// The `nfs` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Nfs
+    }
+
+    fn net_protocol(&self) -> Option<super::NetProtocol> {
+        Some(super::NetProtocol::Nfs)
+    }
+
+    fn embedded_server(&self) -> Option<&'static str> {
+        Some(<Ganesha as super::servers::EmbeddedServer>::NAME)
+    }
+
+    fn in_default_matrix(&self) -> bool {
+        true
+    }
+
+    fn remote_blocker(&self, opts: &super::options::StorageConfig) -> Option<super::RemoteBlocker> {
+        if opts.nfs_mount.is_some() {
+            Some(super::RemoteBlocker::NfsMountHere)
+        } else {
+            opts.nfs
+                .is_none()
+                .then_some(super::RemoteBlocker::EmbeddedServer(self.backend()))
+        }
+    }
+
+    fn external_flag(&self, opts: &super::options::StorageConfig) -> Option<&'static str> {
+        if opts.nfs.is_some() {
+            Some("--nfs")
+        } else {
+            opts.nfs_mount.is_some().then_some("--nfs-mount")
+        }
+    }
+
+    fn plan_source(
+        &self,
+        opts: &super::options::StorageConfig,
+        cell: &Cell,
+        _work: &Path,
+        servers: &Path,
+    ) -> DiskSource {
+        let image = super::image_name(super::PLANNED_TAG, cell);
+        match (&opts.nfs_mount, &opts.nfs) {
+            (Some(m), _) => DiskSource::File {
+                path: m.join(image),
+            },
+            (None, Some(url)) => network_source(&url.host, &url.export, &image, None),
+            (None, None) => network_source(
+                super::netns::PLANNED_SERVER,
+                &servers.join("ganesha/export").to_string_lossy(),
+                &image,
+                Some(embedded_identity()),
+            ),
+        }
+    }
+
+    fn open(
+        &self,
+        opts: &super::options::StorageConfig,
+        link: crate::cell::Link,
+        servers: &mut super::servers::Servers,
+        _work: &Path,
+        _disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        let plain = super::Opened::plain;
+        Ok(match (&opts.nfs_mount, &opts.nfs) {
+            (Some(m), _) => plain(Box::new(NfsBackend::mounted(m.clone()))),
+            (None, Some(url)) => plain(Box::new(NfsBackend::external_url(url.clone()))),
+            (None, None) => {
+                let g = servers.ganesha(link)?;
+                let server = Some(super::servers::identity(g.as_ref()));
+                super::Opened {
+                    backend: Box::new(NfsBackend::embedded(g)),
+                    server,
+                }
+            }
+        })
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        super::servers::installed::<Ganesha>()
+    }
+
+    fn leftover_processes(&self) -> &'static [&'static str] {
+        &[
+            <Ganesha as super::servers::EmbeddedServer>::BINARY,
+            "rpcbind",
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,7 +42,8 @@ pub struct StorageConfig {
 
 impl StorageConfig {
     /// The checks that need more than one field or the filesystem, before anything is created:
-    /// a CHAP file only with an external iSCSI LUN, and one that is private and well formed.
+    /// a CHAP file only with an external iSCSI LUN, and one that is private and well formed; one
+    /// NFS server, not an URL and a mount.
     pub fn validate(&self) -> Result<(), StorageError> {
         if let Some(f) = &self.iscsi_chap_file {
             if self.iscsi.is_none() {
@@ -54,6 +55,11 @@ impl StorageConfig {
             }
             Chap::from_file(f)
                 .map_err(|e| StorageError::Invalid(format!("--iscsi-chap-file: {e}")))?;
+        }
+        if self.nfs.is_some() && self.nfs_mount.is_some() {
+            return Err(StorageError::Invalid(
+                "--nfs and --nfs-mount contradict each other: give one".into(),
+            ));
         }
         Ok(())
     }

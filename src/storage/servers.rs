@@ -98,14 +98,25 @@ impl EmbeddedServer for Tgt {
 }
 
 /// Why a cell's storage cannot be opened.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum OpenError {
-    /// Not possible on this host; the text starts with "unsupported on this host:".
-    #[error("{0}")]
-    Unsupported(String),
-    /// Something failed (a server did not start, or an earlier start failed with this reason).
-    #[error("{0}")]
-    Failed(String),
+    /// The backend acts on this machine only and the cell's libvirt host is another.
+    #[error("unsupported on this host: {0}")]
+    LocalOnly(super::LocalOnly),
+    /// Not possible on this host.
+    #[error("unsupported on this host: {0}")]
+    Unsupported(super::Unsupported),
+    /// Something failed (a server did not start, or an earlier start failed with this cause:
+    /// the same error, shared).
+    #[error(transparent)]
+    Failed(Arc<StorageError>),
+}
+
+impl OpenError {
+    /// Whether the cell is unsupported here (not run) rather than failed.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, OpenError::LocalOnly(_) | OpenError::Unsupported(_))
+    }
 }
 
 /// The directory (under a run's `servers/`) that keeps the usage name of the external iSCSI
@@ -116,7 +127,7 @@ pub const ISCSI_CHAP_DIR: &str = "iscsi-chap";
 struct Slot<T> {
     dir: PathBuf,
     running: Option<Arc<T>>,
-    broken: Option<String>,
+    broken: Option<Arc<StorageError>>,
 }
 
 impl<T: EmbeddedServer> Slot<T> {
@@ -138,18 +149,13 @@ impl<T: EmbeddedServer> Slot<T> {
             return Ok(s.clone());
         }
         self.running = None;
-        if let Some(r) = &self.broken {
-            return Err(OpenError::Failed(r.clone()));
+        if let Some(e) = &self.broken {
+            return Err(OpenError::Failed(e.clone()));
         }
         match net().and_then(|n| T::start(&self.dir, n)) {
             Ok(s) => Ok(self.running.insert(Arc::new(s)).clone()),
-            Err(StorageError::Unsupported(u)) => Err(OpenError::Unsupported(format!(
-                "unsupported on this host: {u}"
-            ))),
-            Err(e) => {
-                self.broken = Some(e.to_string());
-                Err(OpenError::Failed(e.to_string()))
-            }
+            Err(StorageError::Unsupported(u)) => Err(OpenError::Unsupported(u)),
+            Err(e) => Err(OpenError::Failed(self.broken.insert(Arc::new(e)).clone())),
         }
     }
 }
@@ -169,7 +175,7 @@ pub struct Servers {
     /// Each link's namespace while a server holds it.
     nets: BTreeMap<Link, Weak<NetNs>>,
     /// The external iSCSI target's CHAP (defined on first use), or why it could not be.
-    iscsi_chap: Option<Result<Arc<RunChap>, String>>,
+    iscsi_chap: Option<Result<Arc<RunChap>, Arc<StorageError>>>,
 }
 
 impl Servers {
@@ -191,11 +197,7 @@ impl Servers {
     pub fn iscsi_chap(&mut self, file: &Path) -> Result<Arc<RunChap>, OpenError> {
         let dir = self.dir.join(ISCSI_CHAP_DIR);
         self.iscsi_chap
-            .get_or_insert_with(|| {
-                RunChap::define(file, &dir)
-                    .map(Arc::new)
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_insert_with(|| RunChap::define(file, &dir).map(Arc::new).map_err(Arc::new))
             .clone()
             .map_err(OpenError::Failed)
     }
@@ -367,8 +369,11 @@ mod tests {
         };
         let first = slot.get(no_net).err().unwrap();
         let second = slot.get(no_net).err().unwrap();
-        assert_eq!(first, OpenError::Failed("port 2049 is taken".into()));
-        assert_eq!(first, second);
+        assert_eq!(first.to_string(), "port 2049 is taken");
+        let (OpenError::Failed(a), OpenError::Failed(b)) = (&first, &second) else {
+            panic!("a failed start is a failure: {first:?}, {second:?}")
+        };
+        assert!(Arc::ptr_eq(a, b), "the same cause, not a copy");
         assert_eq!(tries.load(Ordering::SeqCst), 1);
         assert_eq!(STARTS.load(Ordering::SeqCst), 0);
     }

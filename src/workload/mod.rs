@@ -129,9 +129,9 @@ pub static PRESETS: &[Preset] = &[
 /// the raw device. A shared host directory (hostdir) is mounted, not made: the guest mounts the
 /// virtio-fs share whatever the layout (the matrix only lets ext4 through).
 pub fn layout_step(cell: &crate::cell::Cell) -> Option<vmbench_proto::Step> {
-    use crate::cell::{Backend, Layout};
+    use crate::cell::Layout;
     use vmbench_proto::{Filesystem, Step, Volume};
-    if cell.backend == Backend::Hostdir {
+    if crate::storage::descriptor(cell.backend).shares_directory() {
         return Some(Step::MountVirtiofs {
             tag: vmbench_proto::TEST_FS_TAG.to_string(),
         });
