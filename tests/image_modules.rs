@@ -11,7 +11,12 @@ const DEP: &str = include_str!("fixtures/modules.dep.6.1.0-57-amd64");
 fn recipe_modules_load_after_all_their_dependencies() {
     let mods = parse_modules_dep(DEP).unwrap();
     let k = Recipe::embedded().unwrap().kernel;
-    let wanted: Vec<String> = k.modules.iter().chain(&k.on_demand).cloned().collect();
+    let wanted: Vec<String> = k
+        .modules
+        .iter()
+        .chain(&k.on_demand_all())
+        .cloned()
+        .collect();
     let order = load_order(&wanted, &mods, &BTreeSet::new()).unwrap();
     let pos = |p: &str| {
         order
@@ -42,14 +47,21 @@ fn recipe_modules_load_after_all_their_dependencies() {
     assert!(order.iter().any(|o| o.ends_with("xen-blkfront.ko")));
 }
 
-/// Boot loads the virtio drivers and nothing of the filesystems; the on-demand list has the
-/// filesystems after their dependencies and repeats nothing boot loaded.
+/// Boot loads the virtio drivers and nothing of the filesystems; the on-demand list (with the
+/// extra archive's) has the filesystems after their dependencies and repeats nothing boot
+/// loaded; the base archive's list has ext4 and none of xfs, device-mapper or virtio-fs.
 #[test]
 fn on_demand_modules_wait_and_keep_their_order() {
     let mods = parse_modules_dep(DEP).unwrap();
     let k = Recipe::embedded().unwrap().kernel;
-    let (boot, later) =
+    let (_, base) =
         boot_and_on_demand_order(&k.modules, &k.on_demand, &mods, &BTreeSet::new()).unwrap();
+    assert!(base.iter().any(|m| m.ends_with("/ext4.ko")), "{base:?}");
+    for m in ["/xfs.ko", "/dm-mod.ko", "/virtiofs.ko", "/fuse.ko"] {
+        assert!(!base.iter().any(|b| b.ends_with(m)), "{m} in {base:?}");
+    }
+    let (boot, later) =
+        boot_and_on_demand_order(&k.modules, &k.on_demand_all(), &mods, &BTreeSet::new()).unwrap();
     assert!(
         boot.iter().any(|m| m.ends_with("virtio_console.ko")),
         "{boot:?}"

@@ -687,11 +687,7 @@ fn add_modules(
     );
     let boot = &kernel_recipe.modules;
     let later: Vec<String> = kernel_recipe.on_demand.clone();
-    let later_full: Vec<String> = later
-        .iter()
-        .chain(&kernel_recipe.on_demand_extra)
-        .cloned()
-        .collect();
+    let later_full = kernel_recipe.on_demand_all();
     let every: Vec<String> = boot.iter().chain(&later_full).cloned().collect();
     let mods = kernel::collect(&moddir, &every, &builtin)?;
     let (at_boot, on_demand) = kernel::boot_and_on_demand_order(boot, &later, &mods, &builtin)?;

@@ -73,6 +73,18 @@ pub struct Busybox {
     pub applets: Vec<String>,
 }
 
+impl KernelRecipe {
+    /// Every on-demand module, the base's then the extra archive's: the list the agent reads
+    /// when it boots with both archives.
+    pub fn on_demand_all(&self) -> Vec<String> {
+        self.on_demand
+            .iter()
+            .chain(&self.on_demand_extra)
+            .cloned()
+            .collect()
+    }
+}
+
 impl Recipe {
     /// Parses the embedded recipe.
     pub fn embedded() -> Result<Self, toml::de::Error> {
