@@ -1,7 +1,6 @@
 //! `recommend` on synthetic runs whose ranking is known by construction (3 repeats per cell, a
 //! ±1% spread unless a test says otherwise). Real stored runs: `tests/recommend_real.rs`.
 
-use std::collections::BTreeMap;
 use vmbench::cell::*;
 use vmbench::compare::recommend::*;
 use vmbench::results::*;
@@ -43,16 +42,8 @@ fn result(backend: Backend, figures: [f64; 6], repeat: u32) -> CellResult {
         ));
     }
     CellResult {
-        failure_kind: None,
-        cell_id: c.id(),
-        cell: c,
-        repeat,
-        outcome: Outcome::Passed,
         metrics,
-        params: BTreeMap::new(),
-        provenance: Provenance::default(),
-        timings: Timings::default(),
-        samples: BTreeMap::new(),
+        ..CellResult::new(c, repeat, Outcome::Passed)
     }
 }
 

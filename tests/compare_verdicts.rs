@@ -2,7 +2,6 @@
 
 use quick_xml::events::Event;
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
 use vmbench::cell::*;
 use vmbench::compare::*;
 use vmbench::results::store::Store;
@@ -30,16 +29,9 @@ fn prov() -> Provenance {
 fn repeat(backend: Backend, i: u32, metrics: Vec<Metric>) -> CellResult {
     let c = cell(backend);
     CellResult {
-        failure_kind: None,
-        cell_id: c.id(),
-        cell: c,
-        repeat: i,
-        outcome: Outcome::Passed,
         metrics,
-        params: BTreeMap::new(),
         provenance: prov(),
-        timings: Timings::default(),
-        samples: BTreeMap::new(),
+        ..CellResult::new(c, i, Outcome::Passed)
     }
 }
 

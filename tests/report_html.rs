@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vmbench::cell::*;
 use vmbench::report;
-use vmbench::results::{CellResult, Outcome, Provenance, RunRecord, Timings};
+use vmbench::results::{CellResult, Outcome, Provenance, RunRecord};
 use vmbench::workload::fio;
 
 fn fixture(name: &str) -> String {
@@ -33,23 +33,17 @@ fn run_record() -> RunRecord {
         };
         let passed = outcome == Outcome::Passed;
         CellResult {
-            failure_kind: None,
-            cell_id: cell.id(),
-            cell,
-            repeat,
-            outcome,
             metrics: if passed { metrics.clone() } else { vec![] },
-            params: BTreeMap::new(),
             provenance: Provenance {
                 tools: [("fio".into(), "fio-3.33".into())].into(),
                 ..Provenance::default()
             },
-            timings: Timings::default(),
             samples: if passed {
                 fio::samples_from_logs(&logs)
             } else {
                 BTreeMap::new()
             },
+            ..CellResult::new(cell, repeat, outcome)
         }
     };
     RunRecord {

@@ -3,11 +3,10 @@
 //! the raw fixture (serde_json / the seed CSV), not taken from the parsers.
 
 use serde_json::Value as Json;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use vmbench::cell::*;
 use vmbench::report::{self, summary};
-use vmbench::results::{CellResult, Outcome, Provenance, RunRecord, Timings};
+use vmbench::results::{CellResult, Outcome, RunRecord};
 use vmbench::workload::{bonnie, fio};
 
 fn fixture(name: &str) -> String {
@@ -33,16 +32,8 @@ fn result(
     metrics: Vec<vmbench::results::Metric>,
 ) -> CellResult {
     CellResult {
-        failure_kind: None,
-        cell_id: cell.id(),
-        cell,
-        repeat,
-        outcome,
         metrics,
-        params: BTreeMap::new(),
-        provenance: Provenance::default(),
-        timings: Timings::default(),
-        samples: BTreeMap::new(),
+        ..CellResult::new(cell, repeat, outcome)
     }
 }
 

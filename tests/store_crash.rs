@@ -43,16 +43,10 @@ fn big_cell(i: usize) -> CellResult {
         .collect();
     let samples = BTreeMap::from([("read_iops".to_string(), vec![i as f64; 2000])]);
     CellResult {
-        failure_kind: None,
-        cell_id: c.id(),
-        cell: c,
-        repeat: i as u32,
-        outcome: Outcome::Passed,
         metrics,
         params: BTreeMap::from([("n".to_string(), i.to_string())]),
-        provenance: Provenance::default(),
-        timings: Timings::default(),
         samples,
+        ..CellResult::new(c, i as u32, Outcome::Passed)
     }
 }
 

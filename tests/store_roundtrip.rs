@@ -91,8 +91,16 @@ fn result(backend: Backend, repeat: u32, outcome: Outcome, host: &str) -> CellRe
     let mut samples = BTreeMap::new();
     samples.insert("read_iops".to_string(), AWKWARD.to_vec());
     samples.insert("write_iops".to_string(), vec![]);
+    // Each kind of not-run cell keeps its typed reason through the store.
+    let (failure_kind, skip_kind) = match &outcome {
+        Outcome::Failed(_) => (Some(FailureKind::Provision), None),
+        Outcome::Unsupported(_) => (None, Some(SkipKind::Backend)),
+        Outcome::Skipped(_) => (None, Some(SkipKind::Rule)),
+        Outcome::Passed => (None, None),
+    };
     CellResult {
-        failure_kind: None,
+        failure_kind,
+        skip_kind,
         cell_id: c.id(),
         cell: c,
         repeat,

@@ -106,16 +106,9 @@ fn night(rng: &mut rand::rngs::StdRng, cells: &[Cell], n: usize) -> RunRecord {
                 ),
             ];
             out.push(CellResult {
-                cell_id: cell.id(),
-                cell: cell.clone(),
-                repeat: r,
-                outcome: Outcome::Passed,
                 metrics,
-                params: BTreeMap::new(),
                 provenance: provenance(n),
-                timings: Timings::default(),
-                samples: BTreeMap::new(),
-                failure_kind: None,
+                ..CellResult::new(cell.clone(), r, Outcome::Passed)
             });
         }
     }

@@ -2,17 +2,21 @@
 //! holds the text, and `CellResult::failure_kind` holds the kind, so reports and comparisons
 //! group failures without reading the message.
 
+use super::config::SizeError;
 use super::probe::ProbeError;
 use crate::cell::{HostName, Hypervisor};
 use crate::guest::GuestError;
 use crate::hypervisor::domain_xml::DomainXmlError;
 use crate::hypervisor::libvirt::{DomainState, LibvirtError};
+use crate::hypervisor::pinning::PinError;
 use crate::hypervisor::watch::{self, StorageLoss};
 use crate::results::FailureKind;
+use crate::storage::pool::PoolError;
 use crate::storage::StorageError;
 use crate::workload::EngineError;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The last lines of the guest's console, read when the failure happened.
 #[derive(Debug, Clone)]
@@ -64,18 +68,31 @@ impl fmt::Display for DomainNote {
 /// Why a cell failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CellError {
-    /// The configuration cannot make this cell.
+    /// `--size` is not a size (checked before the run too; kept for a resumed run's config).
     #[error("{0}")]
-    Config(String),
+    Size(#[source] SizeError),
+    /// `--pin on`, and no pinning of the guest's vCPUs fits this host.
+    #[error("{0}")]
+    Pinning(#[source] PinError),
     /// The workload's engine could not plan the cell (job file, size).
     #[error("{0}")]
     Plan(#[source] EngineError),
     /// The disk could not be provisioned, or its backend made.
     #[error("{0}")]
     Provision(#[source] StorageError),
-    /// The backend or its server could not be made (reason from the server registry).
+    /// The backend or its server could not be made (the server registry's error, shared by
+    /// every cell that needs that server).
     #[error("{0}")]
-    Backend(String),
+    Backend(#[source] Arc<StorageError>),
+    /// The guest image could not be put on the cell's libvirt host (the first cell's error,
+    /// shared by the host's other cells).
+    #[error("guest image on host {host}: {source}")]
+    Image {
+        /// The host.
+        host: HostName,
+        /// libvirt's storage error.
+        source: Arc<PoolError>,
+    },
     /// A host file or directory could not be written.
     #[error("{context}: {source}")]
     HostIo {
@@ -278,8 +295,8 @@ impl CellError {
     pub fn kind(&self) -> FailureKind {
         use CellError as E;
         match self {
-            E::Config(_) | E::Plan(_) => FailureKind::Config,
-            E::Provision(_) | E::Backend(_) => FailureKind::Provision,
+            E::Size(_) | E::Pinning(_) | E::Plan(_) => FailureKind::Config,
+            E::Provision(_) | E::Backend(_) | E::Image { .. } => FailureKind::Provision,
             E::HostIo { .. } => FailureKind::HostIo,
             E::DomainXml(_) | E::Hypervisor(_) | E::NoConnection => FailureKind::Hypervisor,
             E::BootTimeout { .. } => FailureKind::BootTimeout,

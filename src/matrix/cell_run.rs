@@ -190,8 +190,8 @@ impl CellCtx<'_, '_> {
             .initrd_for(Initrd::for_steps(steps))
             .to_path_buf();
         if self.cell.tuning.pin == crate::cell::Pin::On {
-            let pinning = crate::hypervisor::pinning::host_plan(spec.vcpus)
-                .map_err(|e| CellError::Config(e.to_string()))?;
+            let pinning =
+                crate::hypervisor::pinning::host_plan(spec.vcpus).map_err(CellError::Pinning)?;
             spec.pinning = Some(pinning);
         }
         self.params.extend(sweep_params(self.cell, &spec));
@@ -449,16 +449,13 @@ impl CellCtx<'_, '_> {
             ),
         };
         CellResult {
-            cell: self.cell.clone(),
-            cell_id: self.cell.id(),
-            repeat,
-            outcome,
             metrics: parsed.metrics,
             params: self.params,
             provenance: self.prov,
             timings: self.timings,
             samples: parsed.samples,
             failure_kind,
+            ..CellResult::new(self.cell.clone(), repeat, outcome)
         }
     }
 }
@@ -519,7 +516,7 @@ impl WorkPlan {
         let engine = workload::engine(&cell.workload).map_err(CellError::Plan)?;
         let mkfs = workload::layout_step(cell);
         let target = workload::io_target(mkfs.is_some());
-        let size_bytes = parse_size(&cfg.size).map_err(CellError::Config)?;
+        let size_bytes = parse_size(&cfg.size).map_err(CellError::Size)?;
         let params = EngineParams {
             runtime: cfg.runtime,
             ramp: cfg.ramp,

@@ -363,7 +363,7 @@ impl MatrixConfig {
         for rule in self.exclude.iter().chain(&self.include) {
             super::check_rule(rule)?;
         }
-        parse_size(&self.size).map_err(ConfigError::Invalid)?;
+        parse_size(&self.size).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(())
     }
 }
@@ -481,13 +481,30 @@ impl MatrixConfig {
 }
 
 /// Parses fio-style sizes (`200M`, `1G`, `4096`, `64k`) to bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// A `--size` that is not a size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No number in front.
+    #[error("size '{0}' is not a number with an optional unit (k, M, G, T)")]
+    NotANumber(String),
+    /// A unit that is not one of k, M, G, T.
+    #[error("size '{size}': unknown unit '{unit}' (valid: k, M, G, T)")]
+    UnknownUnit {
+        /// What was given.
+        size: String,
+        /// Its unit.
+        unit: String,
+    },
+    /// Zero bytes, or more than 64 bits hold.
+    #[error("size '{0}' is zero or too large")]
+    OutOfRange(String),
+}
+
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("size '{s}' is not a number with an optional unit (k, M, G, T)"))?;
+    let n: u64 = num.parse().map_err(|_| SizeError::NotANumber(s.into()))?;
     let mult: u64 = match unit
         .to_ascii_lowercase()
         .trim_end_matches("ib")
@@ -499,14 +516,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "g" => 1 << 30,
         "t" => 1 << 40,
         _ => {
-            return Err(format!(
-                "size '{s}': unknown unit '{unit}' (valid: k, M, G, T)"
-            ))
+            return Err(SizeError::UnknownUnit {
+                size: s.into(),
+                unit: unit.into(),
+            })
         }
     };
     n.checked_mul(mult)
         .filter(|&b| b > 0)
-        .ok_or_else(|| format!("size '{s}' is zero or too large"))
+        .ok_or_else(|| SizeError::OutOfRange(s.into()))
 }
 
 #[cfg(test)]
@@ -518,6 +536,7 @@ mod tests {
         assert_eq!(super::parse_size("4096"), Ok(4096));
         assert!(super::parse_size("12X")
             .unwrap_err()
+            .to_string()
             .contains("valid: k, M, G, T"));
         assert!(super::parse_size("0").is_err());
         assert!(super::parse_size("M").is_err());

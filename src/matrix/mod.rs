@@ -23,7 +23,7 @@ pub struct Plan {
     /// Cells that will run, in first-repeat order.
     pub cells: Vec<Cell>,
     /// Cells that cannot exist, with the reason.
-    pub skipped: Vec<(Cell, String)>,
+    pub skipped: Vec<(Cell, Skip)>,
     /// Run order: (index into `cells`, repeat).
     pub order: Vec<(usize, u32)>,
 }
@@ -31,7 +31,7 @@ pub struct Plan {
 /// Expands the configuration.
 pub fn expand(cfg: &MatrixConfig) -> Plan {
     let mut cells: Vec<Cell> = Vec::new();
-    let mut skipped: Vec<(Cell, String)> = Vec::new();
+    let mut skipped: Vec<(Cell, Skip)> = Vec::new();
     for cell in product(cfg) {
         if cells.contains(&cell) || skipped.iter().any(|(c, _)| c == &cell) {
             continue;
@@ -172,8 +172,40 @@ fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
     }
 }
 
+/// Why the plan leaves a cell out, typed until it is printed or stored.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Skip {
+    /// Its hypervisor runs on the default host only.
+    #[error(transparent)]
+    DefaultHostOnly(crate::hypervisor::descriptor::DefaultHostOnly),
+    /// Its libvirt host is another machine and the backend needs something on this one.
+    #[error("{}", .blocker.on_host(.host, .uri))]
+    Remote {
+        /// What keeps it here.
+        blocker: crate::storage::RemoteBlocker,
+        /// The named host.
+        host: crate::cell::HostName,
+        /// That host's libvirt URI.
+        uri: String,
+    },
+    /// QEMU or the hypervisor refuses the combination.
+    #[error(transparent)]
+    Rule(crate::hypervisor::SkipReason),
+}
+
+impl Skip {
+    /// The kind stored with the cell.
+    pub fn kind(&self) -> crate::results::SkipKind {
+        use crate::results::SkipKind;
+        match self {
+            Skip::DefaultHostOnly(_) | Skip::Remote { .. } => SkipKind::RemoteHost,
+            Skip::Rule(_) => SkipKind::Rule,
+        }
+    }
+}
+
 /// Why a cell cannot exist at all (on any host), or `None`.
-pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
+pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     if let Some(r) = remote_reason(cell, cfg) {
         return Some(r);
     }
@@ -182,22 +214,25 @@ pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
     let source = crate::storage::plan_source(&cfg.storage, cell, root, root);
     crate::hypervisor::check(cell, &source)
         .err()
-        .map(|r| r.to_string())
+        .map(Skip::Rule)
 }
 
 /// What a cell on a remote libvirt host cannot use: the embedded NFS and iSCSI servers run on
 /// this machine only, and Xen is reached with its own URI on the default host only.
-fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<String> {
+fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     let uri = cfg.host_uri(&cell.host, cell.hypervisor);
     if let Err(e) = cell.hypervisor.desc().check_host(&cell.host) {
-        return Some(e.to_string());
+        return Some(Skip::DefaultHostOnly(e));
     }
     if crate::hypervisor::libvirt::is_local_uri(&uri) {
         return None;
     }
-    crate::storage::descriptor(cell.backend)
-        .remote_blocker(&cfg.storage)
-        .map(|b| b.on_host(&cell.host, &uri))
+    let blocker = crate::storage::descriptor(cell.backend).remote_blocker(&cfg.storage)?;
+    Some(Skip::Remote {
+        blocker,
+        host: cell.host.clone(),
+        uri,
+    })
 }
 
 /// Rule keys and their checks: every key must be a dimension and every value one of its values.
@@ -349,10 +384,12 @@ mod tests {
         let p = expand(&cfg);
         assert_eq!(p.cells.len(), 3);
         assert_eq!(p.skipped.len(), 1);
+        let why = &p.skipped[0].1;
+        assert!(matches!(why, Skip::Rule(_)), "{why:?}");
+        assert_eq!(why.kind(), crate::results::SkipKind::Rule);
         assert!(
-            p.skipped[0].1.contains("io=native needs cache=none"),
-            "{}",
-            p.skipped[0].1
+            why.to_string().contains("io=native needs cache=none"),
+            "{why}"
         );
     }
 
@@ -371,7 +408,7 @@ mod tests {
             .iter()
             .any(|(c, r)| c.hypervisor == Hypervisor::Xen
                 && c.backend == Backend::Nfs
-                && r.starts_with("xen:")));
+                && r.to_string().starts_with("xen:")));
         assert!(p
             .cells
             .iter()
@@ -448,6 +485,8 @@ mod host_tests {
         );
         let (skipped, why) = &plan.skipped[0];
         assert_eq!(skipped.host.as_str(), "h2");
+        assert_eq!(why.kind(), crate::results::SkipKind::RemoteHost);
+        let why = why.to_string();
         assert!(why.contains("embedded nfs server is local-only"), "{why}");
         assert!(why.contains("external server (--nfs)"), "one space: {why}");
         // A mount on this machine is no path on h2.
@@ -455,7 +494,8 @@ mod host_tests {
         let (skipped, why) = &expand(&cfg).skipped[0];
         assert_eq!(skipped.host.as_str(), "h2");
         assert!(
-            why.contains("--nfs-mount names a mount on this machine"),
+            why.to_string()
+                .contains("--nfs-mount names a mount on this machine"),
             "{why}"
         );
         cfg.storage.nfs_mount = None;
@@ -471,7 +511,14 @@ mod host_tests {
             panic!("{:?}", plan.skipped)
         };
         assert_eq!(skipped.host.as_str(), "h2");
-        assert!(why.contains("cannot use --iscsi-chap-file"), "{why}");
+        assert!(
+            matches!(why, Skip::Remote { blocker, .. } if *blocker == crate::storage::RemoteBlocker::ChapSecretHere),
+            "{why:?}"
+        );
+        assert!(
+            why.to_string().contains("cannot use --iscsi-chap-file"),
+            "{why}"
+        );
         assert_eq!(plan.cells.len(), 1, "the local host's cell runs");
     }
 }

@@ -197,16 +197,8 @@ mod tests {
             link: Default::default(),
         };
         CellResult {
-            cell_id: cell.id(),
-            cell,
-            repeat: 0,
-            outcome,
             metrics: vec![m("read_iops", read), m("write_iops", write)],
-            params: Default::default(),
-            provenance: Default::default(),
-            timings: Default::default(),
-            samples: Default::default(),
-            failure_kind: None,
+            ..CellResult::new(cell, 0, outcome)
         }
     }
 

@@ -14,9 +14,9 @@ use crate::hypervisor::libvirt::Libvirt;
 use crate::image::{ImageInfo, ImageRequest};
 use crate::results::rundir::RunDir;
 use crate::results::store::Store;
-use crate::results::{CellResult, Outcome, Provenance, RunRecord, Timings};
+use crate::results::{CellResult, Outcome, Provenance, RunRecord, SkipKind};
 use crate::storage;
-use crate::storage::servers::Servers;
+use crate::storage::servers::{OpenError, Servers};
 use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -136,7 +136,7 @@ struct HostRun<'a> {
     counters: &'a Counters,
     /// The image as this host sees it (kernel and initramfs uploaded to a remote host), made
     /// on the host's first cell; the error fails the host's cells.
-    image: Option<Result<ImageInfo, String>>,
+    image: Option<Result<ImageInfo, Arc<crate::storage::pool::PoolError>>>,
     /// The run's disk directory under the host's vmbench directory, once a cell used it
     /// (removed when the host's cells are done).
     disk_dir: Option<(String, PathBuf, String)>,
@@ -287,7 +287,8 @@ impl RunCtx {
         for (cell, reason) in &plan.skipped {
             if !self.done.contains(&(cell.id(), 0)) {
                 self.ui.line(format!("skipped {}: {reason}", cell.label()));
-                self.persist(not_run(cell, 0, Outcome::Skipped(reason.clone())))?;
+                let outcome = Outcome::Skipped(reason.to_string());
+                self.persist(not_run(cell, 0, outcome, reason.kind()))?;
             }
         }
         Ok(())
@@ -468,7 +469,7 @@ impl RunCtx {
         on: &mut HostRun<'_>,
         cell: &Cell,
         uri: &str,
-    ) -> Result<ImageInfo, String> {
+    ) -> Result<ImageInfo, CellError> {
         let site = self.site(cell, uri);
         let Some(base) = site.base_dir().filter(|_| !site.is_local()) else {
             return Ok(on.shared.image.clone());
@@ -482,9 +483,13 @@ impl RunCtx {
                 tokio::task::block_in_place(|| {
                     crate::image::upload::ensure_on_host(uri, &base, &self.run_id, &on.shared.image)
                 })
-                .map_err(|e| format!("guest image on host {}: {e}", cell.host))
+                .map_err(Arc::new)
             })
             .clone()
+            .map_err(|source| CellError::Image {
+                host: cell.host.clone(),
+                source,
+            })
     }
 
     /// Removes the run's disk directory on the host (it is empty once every cell tore down).
@@ -517,7 +522,8 @@ impl RunCtx {
                 r
             }
             Some(Err(reason)) => {
-                let r = not_run(s.cell, s.repeat, Outcome::Unsupported(reason.to_string()));
+                let outcome = Outcome::Unsupported(reason.to_string());
+                let r = not_run(s.cell, s.repeat, outcome, SkipKind::Hypervisor);
                 on.conns.insert(hv, Err(reason));
                 Some(r)
             }
@@ -554,7 +560,7 @@ impl RunCtx {
         let (cell, repeat, shared) = (s.cell, s.repeat, on.shared);
         let image = match self.host_image(on, cell, conn.uri()) {
             Ok(i) => i,
-            Err(r) => return Some(failed(cell, repeat, CellError::Backend(r))),
+            Err(e) => return Some(failed(cell, repeat, e)),
         };
         let site = self.site(cell, conn.uri());
         let disks = storage::disk_place(&self.cfg.storage, &site, &shared.work, &self.run_id);
@@ -574,17 +580,18 @@ impl RunCtx {
         );
         let (mut backend, server) = match opened {
             Ok(o) => (o.backend, o.server),
-            Err(e) if e.is_unsupported() => {
-                return Some(not_run(cell, repeat, Outcome::Unsupported(e.to_string())))
+            Err(OpenError::Failed(source)) => {
+                return Some(failed(cell, repeat, CellError::Backend(source)))
             }
-            Err(e) => return Some(failed(cell, repeat, CellError::Backend(e.to_string()))),
+            Err(e) => {
+                let kind = e.skip_kind().unwrap_or(SkipKind::Backend);
+                let outcome = Outcome::Unsupported(e.to_string());
+                return Some(not_run(cell, repeat, outcome, kind));
+            }
         };
         if let Err(u) = backend.check() {
-            return Some(not_run(
-                cell,
-                repeat,
-                Outcome::Unsupported(format!("unsupported on this host: {u}")),
-            ));
+            let outcome = Outcome::Unsupported(format!("unsupported on this host: {u}"));
+            return Some(not_run(cell, repeat, outcome, SkipKind::Backend));
         }
         let mut prov = host_provenance(&shared.prov, cell, conn);
         if let Some((name, _)) = server {
@@ -680,22 +687,15 @@ fn open_rundir(
 fn failed(cell: &Cell, repeat: u32, e: CellError) -> CellResult {
     CellResult {
         failure_kind: Some(e.kind()),
-        ..not_run(cell, repeat, Outcome::Failed(e.to_string()))
+        ..CellResult::new(cell.clone(), repeat, Outcome::Failed(e.to_string()))
     }
 }
 
-fn not_run(cell: &Cell, repeat: u32, outcome: Outcome) -> CellResult {
+/// A cell that did not run (skipped, or unsupported here), with the kind of reason.
+fn not_run(cell: &Cell, repeat: u32, outcome: Outcome, kind: SkipKind) -> CellResult {
     CellResult {
-        cell: cell.clone(),
-        cell_id: cell.id(),
-        repeat,
-        outcome,
-        metrics: vec![],
-        params: BTreeMap::new(),
-        provenance: Provenance::default(),
-        timings: Timings::default(),
-        samples: BTreeMap::new(),
-        failure_kind: None,
+        skip_kind: Some(kind),
+        ..CellResult::new(cell.clone(), repeat, outcome)
     }
 }
 

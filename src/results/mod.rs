@@ -166,6 +166,57 @@ pub struct CellResult {
     /// groups failures in reports and comparisons). Absent in records older than the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,
+    /// Why a skipped or unsupported cell did not run, as `failure_kind` is for a failed one.
+    /// Absent in records older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_kind: Option<SkipKind>,
+}
+
+/// Why a cell did not run (skipped or unsupported on this host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipKind {
+    /// An impossible combination: QEMU or the hypervisor refuses it (skipped on any host).
+    Rule,
+    /// Its libvirt host is not this machine and it needs something that is only here (an
+    /// embedded server, a local mount or secret, lvm2, a device), or a hypervisor that runs on
+    /// the default host only.
+    RemoteHost,
+    /// The hypervisor is unreachable on its host or cannot boot a guest there.
+    Hypervisor,
+    /// The storage backend cannot work on this host (a missing tool, device or capability).
+    Backend,
+}
+
+impl SkipKind {
+    /// The stable name (as stored and exported).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipKind::Rule => "rule",
+            SkipKind::RemoteHost => "remote_host",
+            SkipKind::Hypervisor => "hypervisor",
+            SkipKind::Backend => "backend",
+        }
+    }
+
+    /// The kind with this stable name.
+    pub fn parse(s: &str) -> Option<SkipKind> {
+        SkipKind::ALL.iter().copied().find(|k| k.as_str() == s)
+    }
+
+    /// Every kind.
+    pub const ALL: [SkipKind; 4] = [
+        SkipKind::Rule,
+        SkipKind::RemoteHost,
+        SkipKind::Hypervisor,
+        SkipKind::Backend,
+    ];
+}
+
+impl std::fmt::Display for SkipKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What kind of failure ended a cell.
@@ -254,6 +305,25 @@ impl std::fmt::Display for FailureKind {
 }
 
 impl CellResult {
+    /// A result with nothing measured yet: no metrics, parameters, provenance, timings,
+    /// samples or kind. Callers (and tests) fill in what they have with struct update syntax,
+    /// so a new field touches only this function.
+    pub fn new(cell: Cell, repeat: u32, outcome: Outcome) -> CellResult {
+        CellResult {
+            cell_id: cell.id(),
+            cell,
+            repeat,
+            outcome,
+            metrics: Vec::new(),
+            params: BTreeMap::new(),
+            provenance: Provenance::default(),
+            timings: Timings::default(),
+            samples: BTreeMap::new(),
+            failure_kind: None,
+            skip_kind: None,
+        }
+    }
+
     /// The metric with this key.
     pub fn metric(&self, key: &str) -> Option<&Metric> {
         self.metrics.iter().find(|m| m.key == key)
@@ -299,6 +369,23 @@ mod tests {
         assert!(text.contains(r#""failure_kind":"storage_lost""#), "{text}");
         let back: RunRecord = serde_json::from_str(&text).unwrap();
         assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn skip_kind_is_absent_in_old_records_and_written_and_read_by_name() {
+        let mut rec: RunRecord = serde_json::from_str(OLD_RUN_JSON).unwrap();
+        assert_eq!(rec.cells[0].skip_kind, None);
+        assert!(!serde_json::to_string(&rec).unwrap().contains("skip_kind"));
+        rec.cells[0].outcome = Outcome::Unsupported("unsupported on this host: no lvm2".into());
+        rec.cells[0].skip_kind = Some(SkipKind::Backend);
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(text.contains(r#""skip_kind":"backend""#), "{text}");
+        let back: RunRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, rec);
+        for k in SkipKind::ALL {
+            assert_eq!(SkipKind::parse(k.as_str()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
     }
 
     #[test]

@@ -11,7 +11,9 @@
 
 #![warn(missing_docs)]
 
-use super::{Better, CellResult, FailureKind, Outcome, Provenance, RunRecord, Timings, Value};
+use super::{
+    Better, CellResult, FailureKind, Outcome, Provenance, RunRecord, SkipKind, Timings, Value,
+};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,10 +21,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const MIGRATIONS: &[&str] = &[
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE runs (
@@ -113,6 +117,10 @@ INSERT INTO tools (cell_row, tool, version) SELECT cell_row, 'fio', fio FROM pro
 INSERT INTO tools (cell_row, tool, version) SELECT cell_row, 'bonnie', bonnie FROM provenance;
 ALTER TABLE provenance DROP COLUMN fio;
 ALTER TABLE provenance DROP COLUMN bonnie;";
+
+/// Version 6: why a skipped or unsupported cell did not run (NULL for other outcomes and
+/// older rows).
+const SCHEMA_V6: &str = "ALTER TABLE cells ADD COLUMN skip_kind TEXT;";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -619,7 +627,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT id, cell_id, repeat, cell, outcome, reason, provision_ms,
-                    boot_to_hello_ms, run_ms, teardown_ms, total_ms, failure_kind
+                    boot_to_hello_ms, run_ms, teardown_ms, total_ms, failure_kind, skip_kind
                  FROM cells WHERE run_id = ?1 ORDER BY id",
             )
             .ctx("loading cells")?;
@@ -640,6 +648,7 @@ impl Store {
                         total_ms: r.get::<_, i64>(10)? as u64,
                     },
                     failure_kind: r.get(11)?,
+                    skip_kind: r.get(12)?,
                 })
             })
             .ctx("loading cells")?
@@ -665,6 +674,7 @@ impl Store {
             repeat: row.repeat,
             // A kind this build does not know (written by a newer one) is left out.
             failure_kind: row.failure_kind.as_deref().and_then(FailureKind::parse),
+            skip_kind: row.skip_kind.as_deref().and_then(SkipKind::parse),
         })
     }
 
@@ -788,6 +798,7 @@ struct CellRow {
     reason: Option<String>,
     timings: Timings,
     failure_kind: Option<String>,
+    skip_kind: Option<String>,
 }
 
 /// Finished and covered its matrix, whatever its cells' outcomes.
@@ -888,8 +899,9 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
     let t = &c.timings;
     tx.execute(
         "INSERT INTO cells (run_id, cell_id, repeat, cell, outcome, reason, provision_ms,
-            boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count, failure_kind)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count, failure_kind,
+            skip_kind)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             run_id,
             c.cell_id,
@@ -904,6 +916,7 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
             t.total_ms as i64,
             c.metrics.len() as i64,
             c.failure_kind.map(FailureKind::as_str),
+            c.skip_kind.map(SkipKind::as_str),
         ],
     )
     .ctx(&format!("inserting cell {} repeat {}", c.cell_id, c.repeat))?;
@@ -1064,20 +1077,13 @@ mod tests {
                 "workload": "pg-randrw"}"#,
         )
         .unwrap();
+        let outcome = match kind {
+            Some(k) => Outcome::Failed(format!("failed: {k}")),
+            None => Outcome::Passed,
+        };
         CellResult {
-            cell_id: cell.id(),
-            cell,
-            repeat,
-            outcome: match kind {
-                Some(k) => Outcome::Failed(format!("failed: {k}")),
-                None => Outcome::Passed,
-            },
-            metrics: vec![],
-            params: BTreeMap::new(),
-            provenance: Provenance::default(),
-            timings: Timings::default(),
-            samples: BTreeMap::new(),
             failure_kind: kind,
+            ..CellResult::new(cell, repeat, outcome)
         }
     }
 
@@ -1149,8 +1155,17 @@ mod tests {
                 assert_eq!(new.provenance, old.provenance);
                 assert_eq!(new.provenance.tools["fio"], "fio-3.33");
                 assert!(!new.provenance.tools["bonnie"].is_empty());
+                assert_eq!(new.skip_kind, None);
             }
         }
+        // Version 6's column: an unsupported cell keeps its typed reason.
+        let not_run = CellResult {
+            skip_kind: Some(SkipKind::RemoteHost),
+            ..CellResult::new(cell(1, None).cell, 1, Outcome::Unsupported("on h2".into()))
+        };
+        store.record_cell("20261203-101122-bb57", &not_run).unwrap();
+        let back = store.load_run("20261203-101122-bb57").unwrap();
+        assert_eq!(back.cells.last(), Some(&not_run));
         let mut c = cell(0, None);
         c.provenance.tools = [
             ("fio".into(), "fio-3.36".into()),

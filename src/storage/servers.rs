@@ -113,9 +113,14 @@ pub enum OpenError {
 }
 
 impl OpenError {
-    /// Whether the cell is unsupported here (not run) rather than failed.
-    pub fn is_unsupported(&self) -> bool {
-        matches!(self, OpenError::LocalOnly(_) | OpenError::Unsupported(_))
+    /// Why the cell does not run, when it is unsupported here rather than failed.
+    pub fn skip_kind(&self) -> Option<crate::results::SkipKind> {
+        use crate::results::SkipKind;
+        match self {
+            OpenError::LocalOnly(_) => Some(SkipKind::RemoteHost),
+            OpenError::Unsupported(_) => Some(SkipKind::Backend),
+            OpenError::Failed(_) => None,
+        }
     }
 }
 
