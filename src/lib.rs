@@ -25,4 +25,5 @@ pub mod report;
 pub mod results;
 pub mod storage;
 pub mod trend;
+pub mod uri;
 pub mod workload;

@@ -127,7 +127,7 @@ impl Libvirt {
     /// True when the libvirt host is this machine (the URI names no host): only then do
     /// QEMU's pid and `/proc` figures mean anything here.
     pub fn is_local(&self) -> bool {
-        is_local_uri(&self.uri)
+        crate::uri::is_local_uri(&self.uri)
     }
 
     /// True while the connection answers (false after libvirtd restarted).
@@ -380,18 +380,6 @@ impl Drop for RunningDomain {
     }
 }
 
-/// A URI without a host part (`qemu:///system`, `qemu+unix:///system`) reaches the libvirtd of
-/// this machine. Any host, even 127.0.0.1, may be another namespace or machine: not local.
-pub fn is_local_uri(uri: &str) -> bool {
-    match uri.split_once("://") {
-        Some((scheme, rest)) => {
-            let transport = scheme.split_once('+').map(|(_, t)| t);
-            rest.starts_with('/') && matches!(transport, None | Some("unix"))
-        }
-        None => false,
-    }
-}
-
 fn dotted(v: u32) -> String {
     format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000)
 }
@@ -558,30 +546,5 @@ impl Libvirt {
         self.conn
             .get_capabilities()
             .map_err(call_err("read capabilities"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn only_host_less_uris_are_local() {
-        for uri in [
-            "qemu:///system",
-            "qemu:///session",
-            "qemu+unix:///system",
-            "xen:///system",
-        ] {
-            assert!(super::is_local_uri(uri), "{uri}");
-        }
-        for uri in [
-            "qemu+ssh://host1/system",
-            "qemu+tcp://10.0.0.2/system",
-            "qemu+tcp://127.0.0.1/system",
-            "qemu://host/system",
-            "qemu+ssh:///system",
-            "garbage",
-        ] {
-            assert!(!super::is_local_uri(uri), "{uri}");
-        }
     }
 }

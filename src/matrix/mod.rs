@@ -224,7 +224,7 @@ fn remote_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     if let Err(e) = cell.hypervisor.desc().check_host(&cell.host) {
         return Some(Skip::DefaultHostOnly(e));
     }
-    if crate::hypervisor::libvirt::is_local_uri(&uri) {
+    if crate::uri::is_local_uri(&uri) {
         return None;
     }
     let blocker = crate::storage::descriptor(cell.backend).remote_blocker(&cfg.storage)?;

@@ -117,7 +117,7 @@ impl LocalBackend {
     /// Images in `place.dir` of the libvirt host `place.uri` (a path on that host).
     pub fn on_host(place: PoolPlace, prealloc: Prealloc) -> Self {
         LocalBackend {
-            local: crate::hypervisor::libvirt::is_local_uri(&place.uri),
+            local: crate::uri::is_local_uri(&place.uri),
             place,
             prealloc,
             pool: None,

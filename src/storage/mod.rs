@@ -239,7 +239,7 @@ pub struct LocalOnly {
 /// Why `backend` cannot serve a cell on the libvirt host `uri` when that host is not this
 /// machine.
 pub fn local_only(backend: Backend, uri: &str) -> Option<LocalOnly> {
-    if crate::hypervisor::libvirt::is_local_uri(uri) {
+    if crate::uri::is_local_uri(uri) {
         return None;
     }
     descriptor(backend).local_only().map(|why| LocalOnly {
@@ -269,7 +269,7 @@ pub struct HostSite<'a> {
 impl HostSite<'_> {
     /// The libvirt host is this machine (the URI names no host).
     pub fn is_local(&self) -> bool {
-        crate::hypervisor::libvirt::is_local_uri(self.uri)
+        crate::uri::is_local_uri(self.uri)
     }
 
     /// vmbench's directory on the host, when disks and uploads go under one: the configured one,
