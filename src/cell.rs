@@ -924,19 +924,9 @@ mod tests {
     #[test]
     fn cell_id_is_name_safe() {
         let c = Cell {
-            hypervisor: Hypervisor::Qemu,
-            xen_mode: None,
-            backend: Backend::Local,
-            format: Format::Qcow2,
-            bus: Bus::VirtioBlk,
-            cache: CacheMode::None,
             io: IoMode::IoUring,
-            layout: Layout::Raw,
             workload: WorkloadId::FioFile("/x/my job<1>.fio".into()),
-            fio: Default::default(),
-            tuning: Default::default(),
-            host: HostName::default(),
-            link: Default::default(),
+            ..Cell::default()
         };
         let id = c.id();
         assert!(
@@ -979,19 +969,8 @@ mod sweep_tests {
 
     fn cell() -> Cell {
         Cell {
-            hypervisor: Hypervisor::Qemu,
-            xen_mode: None,
-            backend: Backend::Local,
             format: Format::Raw,
-            bus: Bus::VirtioBlk,
-            cache: CacheMode::None,
-            io: IoMode::Native,
-            layout: Layout::Raw,
-            workload: WorkloadId::Preset("pg-randrw".into()),
-            fio: FioOverrides::default(),
-            tuning: DiskTuning::default(),
-            host: HostName::default(),
-            link: Link::default(),
+            ..Cell::default()
         }
     }
 

@@ -170,7 +170,7 @@ fn cv_pct(v: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{Backend, Bus, CacheMode, Cell, Format, Hypervisor, IoMode, Layout};
+    use crate::cell::{Cell, Format};
     use crate::results::{Better, Metric, Value};
 
     fn result(outcome: Outcome, read: f64, write: f64) -> CellResult {
@@ -182,19 +182,8 @@ mod tests {
             value: Value::Number(v),
         };
         let cell = Cell {
-            hypervisor: Hypervisor::Qemu,
-            xen_mode: None,
-            backend: Backend::Local,
             format: Format::Raw,
-            bus: Bus::VirtioBlk,
-            cache: CacheMode::None,
-            io: IoMode::Native,
-            layout: Layout::Raw,
-            workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
-            fio: Default::default(),
-            tuning: Default::default(),
-            host: Default::default(),
-            link: Default::default(),
+            ..Cell::default()
         };
         CellResult {
             metrics: vec![m("read_iops", read), m("write_iops", write)],

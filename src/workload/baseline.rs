@@ -314,19 +314,11 @@ mod tests {
 
     fn cell(format: Format, layout: Layout, cache: CacheMode) -> Cell {
         Cell {
-            hypervisor: crate::cell::Hypervisor::Qemu,
-            xen_mode: None,
-            backend: crate::cell::Backend::Local,
             format,
-            bus: crate::cell::Bus::VirtioBlk,
             cache,
             io: crate::cell::IoMode::Threads,
             layout,
-            workload: crate::cell::WorkloadId::Preset("pg-randrw".into()),
-            fio: Default::default(),
-            tuning: Default::default(),
-            host: Default::default(),
-            link: Default::default(),
+            ..Cell::default()
         }
     }
 
