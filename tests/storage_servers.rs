@@ -491,7 +491,9 @@ fn a_private_work_dir_is_reported_and_does_lock_qemu_out() {
     assert!(qemu_can_open(&path));
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     assert!(!qemu_can_open(&path), "0700 should lock libvirt-qemu out");
-    let e = b.check().unwrap_err().0;
+    let e = b.check().unwrap_err();
+    assert!(matches!(e, vmbench::storage::Unsupported::Dir(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("without o+x"), "{e}");
     b.teardown().unwrap();
     assert!(!path.exists());

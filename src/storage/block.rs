@@ -237,7 +237,7 @@ impl StorageBackend for BlockBackend {
         if why.is_empty() {
             Ok(())
         } else {
-            Err(Unsupported(why.join("; ")))
+            Err(Unsupported::DeviceRefused(why))
         }
     }
 
@@ -425,7 +425,7 @@ mod tests {
         let cell = testutil::cell(Backend::Block, Format::Raw);
         // Without allow_destroy: refused, and nothing is written.
         let mut b = BlockBackend::new(lo.dev.clone(), false, false);
-        assert!(b.check().unwrap_err().0.contains("allow_destroy"));
+        assert!(b.check().unwrap_err().to_string().contains("allow_destroy"));
         assert!(b.provision(&cell, 0, Path::new("/var/tmp")).is_err());
         // A blank device with allow_destroy: fine.
         let b = BlockBackend::new(lo.dev.clone(), true, false);
@@ -436,7 +436,7 @@ mod tests {
             &["-q", "-F", "-t", "ext4", &lo.dev.to_string_lossy()],
         )
         .unwrap();
-        let e = b.check().unwrap_err().0;
+        let e = b.check().unwrap_err().to_string();
         assert!(e.contains("TYPE=ext4") && e.contains("force"), "{e}");
         let b = BlockBackend::new(lo.dev.clone(), true, true);
         assert_eq!(b.check(), Ok(()));
@@ -444,7 +444,7 @@ mod tests {
         let e = BlockBackend::new("/etc/hostname".into(), true, true)
             .check()
             .unwrap_err()
-            .0;
+            .to_string();
         assert!(e.contains("not a block device"), "{e}");
     }
 
@@ -466,7 +466,7 @@ mod tests {
         let e = BlockBackend::new(lo.dev.clone(), true, true)
             .check()
             .err()
-            .map(|u| u.0)
+            .map(|u| u.to_string())
             .unwrap_or_default();
         // Unmount before asserting, so a failure does not leave the mount (and the loop device).
         let _ = cmd::run("umount", &[mp.as_str()]);
@@ -491,12 +491,12 @@ mod tests {
         let e = BlockBackend::new(lo.dev.clone(), true, false)
             .check()
             .unwrap_err()
-            .0;
+            .to_string();
         assert!(e.contains("PTTYPE=gpt"), "{e}");
         let e = BlockBackend::new(part.clone(), true, true)
             .check()
             .unwrap_err()
-            .0;
+            .to_string();
         assert!(e.contains("is a partition; give the whole device"), "{e}");
         cmd::run(
             "mke2fs",
@@ -514,7 +514,7 @@ mod tests {
         let e = BlockBackend::new(lo.dev.clone(), true, true)
             .check()
             .err()
-            .map(|u| u.0)
+            .map(|u| u.to_string())
             .unwrap_or_default();
         // Unmount before asserting, so a failure does not leave the mount (and the loop device).
         let _ = cmd::run("umount", &[mp.as_str()]);

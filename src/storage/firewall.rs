@@ -93,9 +93,9 @@ pub fn ruleset(table: &str, host_if: &str, uids: &[u32]) -> Value {
 pub fn install(ns: &str, host_if: &str) -> Result<(), StorageError> {
     let rules = ruleset(ns, host_if, &allowed_uids());
     nft_stdin(&rules.to_string()).map_err(|e| {
-        StorageError::Unsupported(Unsupported(format!(
-            "cannot close the embedded servers to other local users with nftables: {e}"
-        )))
+        StorageError::Unsupported(Unsupported::NoFirewall {
+            detail: e.to_string(),
+        })
     })
 }
 

@@ -52,16 +52,14 @@ pub fn plan_virtiofsd(socket: &Path, dir: &Path, group: Option<&str>) -> Vec<Str
 /// Why this host cannot share a directory with virtio-fs, if it cannot.
 pub fn host_check() -> Result<(), Unsupported> {
     if !Path::new(VIRTIOFSD).exists() {
-        return Err(Unsupported(format!(
-            "no {VIRTIOFSD} (install qemu-system-common from the same release as QEMU)"
-        )));
+        return Err(Unsupported::NoVirtiofsd);
     }
     Ok(())
 }
 
 /// virtiofsd's version line, for `doctor`.
 pub fn version() -> Result<String, String> {
-    host_check().map_err(|u| u.0)?;
+    host_check().map_err(|u| u.to_string())?;
     let out = Command::new(VIRTIOFSD)
         .arg("--version")
         .output()
@@ -312,7 +310,7 @@ impl super::BackendKind for Kind {
     fn host_support(&self) -> Result<String, String> {
         host_check()
             .map(|()| "available (virtio-fs; runs with --layout ext4)".into())
-            .map_err(|u| u.0)
+            .map_err(|u| u.to_string())
     }
 
     fn leftover_processes(&self) -> &'static [&'static str] {

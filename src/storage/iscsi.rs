@@ -556,10 +556,10 @@ impl StorageBackend for IscsiBackend {
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match &self.mode {
-            IscsiMode::Embedded(t) if !cmd::pid_alive(t.pid()) => Err(Unsupported(format!(
-                "the embedded tgtd (pid {}) is not running",
-                t.pid()
-            ))),
+            IscsiMode::Embedded(t) if !cmd::pid_alive(t.pid()) => Err(Unsupported::ServerGone {
+                server: "tgtd",
+                pid: t.pid(),
+            }),
             _ => Ok(()),
         }
     }

@@ -246,7 +246,7 @@ impl StorageBackend for LocalBackend {
         }
         cmd::require_qemu_img()?;
         match dir_problem(&self.place.dir) {
-            Some(p) => Err(Unsupported(p)),
+            Some(p) => Err(Unsupported::Dir(p)),
             None => Ok(()),
         }
     }
@@ -351,7 +351,7 @@ impl super::BackendKind for Kind {
         let probe = LocalBackend::new(std::env::temp_dir(), Prealloc::Off);
         match probe.check() {
             Ok(()) => Ok("available".into()),
-            Err(u) => Err(u.0),
+            Err(u) => Err(u.to_string()),
         }
     }
 }

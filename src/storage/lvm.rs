@@ -166,26 +166,30 @@ impl LvmBackend {
 /// working lvm2 (for `vmbench doctor`, and the first half of [`LvmBackend::check`]).
 pub fn host_check() -> Result<(), Unsupported> {
     if !device_mapper_present() {
-        return Err(Unsupported(
-            "no device-mapper (/dev/mapper/control or 'device-mapper' in /proc/misc is \
-             missing), so LVM volumes cannot be activated"
-                .into(),
-        ));
+        return Err(Unsupported::NoDeviceMapper);
     }
-    cmd::run("lvm", &["version"]).map_err(|e| Unsupported(format!("lvm2 is not usable: {e}")))?;
+    cmd::run("lvm", &["version"]).map_err(|e| Unsupported::Lvm2 {
+        detail: e.to_string(),
+    })?;
     Ok(())
 }
 
 impl StorageBackend for LvmBackend {
     fn check(&self) -> Result<(), Unsupported> {
-        self.validate().map_err(|e| Unsupported(e.to_string()))?;
+        self.validate().map_err(|e| Unsupported::LvmName {
+            detail: e.to_string(),
+        })?;
         host_check()?;
-        cmd::run("vgs", &[self.vg.as_str()])
-            .map_err(|e| Unsupported(format!("volume group '{}' not found: {e}", self.vg)))?;
+        cmd::run("vgs", &[self.vg.as_str()]).map_err(|e| Unsupported::NoVolumeGroup {
+            vg: self.vg.clone(),
+            detail: e.to_string(),
+        })?;
         if let Some(p) = &self.thin_pool {
             let lv = format!("{}/{p}", self.vg);
-            cmd::run("lvs", &[lv.as_str()])
-                .map_err(|e| Unsupported(format!("thin pool '{lv}' not found: {e}")))?;
+            cmd::run("lvs", &[lv.as_str()]).map_err(|e| Unsupported::NoThinPool {
+                lv: lv.clone(),
+                detail: e.to_string(),
+            })?;
         }
         Ok(())
     }
@@ -335,7 +339,7 @@ impl super::BackendKind for Kind {
         }
         host_check()
             .map(|()| "device-mapper and lvm2 present; needs --lvm-vg".into())
-            .map_err(|u| u.0)
+            .map_err(|u| u.to_string())
     }
 }
 
@@ -421,12 +425,20 @@ mod tests {
 
     #[test]
     fn check_reports_no_device_mapper_on_this_host() {
-        // Hosts of this kind have no dm_mod; on a host with it this test has nothing to prove.
+        let e = LvmBackend::new("vg0".into(), None).check().unwrap_err();
+        // With device-mapper, the next refusal is lvm2 or the (absent) volume group.
         if device_mapper_present() {
+            assert!(
+                matches!(
+                    e,
+                    Unsupported::Lvm2 { .. } | Unsupported::NoVolumeGroup { .. }
+                ),
+                "{e:?}"
+            );
             return;
         }
-        let e = LvmBackend::new("vg0".into(), None).check().unwrap_err().0;
-        assert!(e.contains("no device-mapper"), "{e}");
+        assert_eq!(e, Unsupported::NoDeviceMapper);
+        assert!(e.to_string().contains("no device-mapper"), "{e}");
         let mut b = LvmBackend::new("vg0".into(), None);
         let cell = crate::storage::testutil::cell(Backend::Lvm, Format::Raw);
         let e = b
@@ -445,7 +457,7 @@ mod tests {
         let e = LvmBackend::new("bad vg".into(), None)
             .check()
             .unwrap_err()
-            .0;
+            .to_string();
         assert!(e.contains("invalid LVM volume group name 'bad vg'"), "{e}");
     }
 }

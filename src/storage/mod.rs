@@ -35,9 +35,102 @@ pub mod tgt_ipc;
 pub use kind::{descriptor, descriptors, BackendKind, OptionError, RemoteBlocker};
 
 /// Why a backend cannot run on this host (reported as "unsupported on this host: REASON").
+/// The `detail` fields hold a tool's own message (qemu-img, lvm2, nft, tc): reported, never
+/// matched on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unsupported(pub String);
+pub enum Unsupported {
+    /// Every backend makes or formats images with qemu-img.
+    #[error("qemu-img is not installed")]
+    NoQemuImg,
+    /// The embedded server this backend's cells use has exited.
+    #[error("the embedded {server} (pid {pid}) is not running")]
+    ServerGone {
+        /// `tgtd`, `ganesha`.
+        server: &'static str,
+        /// Its pid.
+        pid: u32,
+    },
+    /// The disk directory on this machine cannot serve the cell ([`local::dir_problem`]).
+    #[error("{0}")]
+    Dir(String),
+    /// The block device may not be destroyed ([`block::BlockBackend::refusals`], joined).
+    #[error("{}", .0.join("; "))]
+    DeviceRefused(Vec<String>),
+    /// No device-mapper on this host.
+    #[error(
+        "no device-mapper (/dev/mapper/control or 'device-mapper' in /proc/misc is missing), so \
+         LVM volumes cannot be activated"
+    )]
+    NoDeviceMapper,
+    /// lvm2 is missing or broken.
+    #[error("lvm2 is not usable: {detail}")]
+    Lvm2 {
+        /// What `lvm version` said.
+        detail: String,
+    },
+    /// The volume group or thin pool name is not a valid LVM name.
+    #[error("{detail}")]
+    LvmName {
+        /// Which name and why.
+        detail: String,
+    },
+    /// The named volume group does not exist.
+    #[error("volume group '{vg}' not found: {detail}")]
+    NoVolumeGroup {
+        /// The name.
+        vg: String,
+        /// What `vgs` said.
+        detail: String,
+    },
+    /// The named thin pool does not exist.
+    #[error("thin pool '{lv}' not found: {detail}")]
+    NoThinPool {
+        /// `VG/POOL`.
+        lv: String,
+        /// What `lvs` said.
+        detail: String,
+    },
+    /// No virtiofsd for a shared directory.
+    #[error(
+        "no {} (install qemu-system-common from the same release as QEMU)",
+        hostdir::VIRTIOFSD
+    )]
+    NoVirtiofsd,
+    /// `--nfs-mount` could not be examined.
+    #[error("cannot stat {}: {detail}", dir.display())]
+    MountUnreadable {
+        /// The mount point.
+        dir: PathBuf,
+        /// The OS error.
+        detail: String,
+    },
+    /// `--nfs-mount` is not an NFS mount.
+    #[error(
+        "{} is not on an NFS mount (filesystem magic {magic:#x}); mount the export there, or \
+         use the embedded server or an nfs:// URL",
+        dir.display()
+    )]
+    NotNfs {
+        /// The directory.
+        dir: PathBuf,
+        /// Its statfs magic.
+        magic: i64,
+    },
+    /// The embedded servers cannot be closed to other local users.
+    #[error("cannot close the embedded servers to other local users with nftables: {detail}")]
+    NoFirewall {
+        /// What nft said.
+        detail: String,
+    },
+    /// The link's qdisc is missing from this kernel (netem, on some).
+    #[error("cannot shape link {link}: {detail}")]
+    NoShaping {
+        /// The link.
+        link: crate::cell::Link,
+        /// What tc said.
+        detail: String,
+    },
+}
 
 /// A storage backend failure, with its cause.
 #[derive(Debug, thiserror::Error)]

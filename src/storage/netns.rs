@@ -73,7 +73,10 @@ impl NetNs {
         firewall::install(&ns.name, &ns.host_if)?;
         // A qdisc this kernel lacks (netem, on some) is the host's limit, not a failed cell.
         cmd::run_plan(&ns.shaping_plan()).map_err(|e| {
-            StorageError::Unsupported(super::Unsupported(format!("cannot shape link {link}: {e}")))
+            StorageError::Unsupported(super::Unsupported::NoShaping {
+                link: link.clone(),
+                detail: e.to_string(),
+            })
         })?;
         Ok(ns)
     }

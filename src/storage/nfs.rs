@@ -444,10 +444,10 @@ impl StorageBackend for NfsBackend {
     fn check(&self) -> Result<(), Unsupported> {
         cmd::require_qemu_img()?;
         match &self.mode {
-            NfsMode::Embedded(g) if !cmd::pid_alive(g.pid()) => Err(Unsupported(format!(
-                "the embedded ganesha (pid {}) is not running",
-                g.pid()
-            ))),
+            NfsMode::Embedded(g) if !cmd::pid_alive(g.pid()) => Err(Unsupported::ServerGone {
+                server: "ganesha",
+                pid: g.pid(),
+            }),
             NfsMode::Mounted(dir) => check_mounted(dir),
             _ => Ok(()),
         }
@@ -484,16 +484,17 @@ impl StorageBackend for NfsBackend {
 /// A mounted export must be a real NFS mount (statfs says NFS), else it is just a directory.
 fn check_mounted(dir: &Path) -> Result<(), Unsupported> {
     const NFS_SUPER_MAGIC: i64 = 0x6969;
-    let st = nix::sys::statfs::statfs(dir)
-        .map_err(|e| Unsupported(format!("cannot stat {}: {e}", dir.display())))?;
+    let st = nix::sys::statfs::statfs(dir).map_err(|e| Unsupported::MountUnreadable {
+        dir: dir.to_path_buf(),
+        detail: e.to_string(),
+    })?;
     #[allow(clippy::unnecessary_cast)]
     let magic = st.filesystem_type().0 as i64;
     if magic != NFS_SUPER_MAGIC {
-        return Err(Unsupported(format!(
-            "{} is not on an NFS mount (filesystem magic {magic:#x}); mount the export there, \
-             or use the embedded server or an nfs:// URL",
-            dir.display()
-        )));
+        return Err(Unsupported::NotNfs {
+            dir: dir.to_path_buf(),
+            magic,
+        });
     }
     Ok(())
 }
@@ -654,7 +655,8 @@ mod tests {
     #[ignore = "host: root"]
     fn mounted_mode_refuses_a_non_nfs_dir() {
         let b = NfsBackend::mounted("/var/tmp".into());
-        let e = b.check().unwrap_err().0;
-        assert!(e.contains("not on an NFS mount"), "{e}");
+        let e = b.check().unwrap_err();
+        assert!(matches!(e, Unsupported::NotNfs { .. }), "{e:?}");
+        assert!(e.to_string().contains("not on an NFS mount"), "{e}");
     }
 }

@@ -66,9 +66,7 @@ pub fn require_qemu_img() -> Result<(), crate::storage::Unsupported> {
     if available("qemu-img", "--version") {
         Ok(())
     } else {
-        Err(crate::storage::Unsupported(
-            "qemu-img is not installed".into(),
-        ))
+        Err(crate::storage::Unsupported::NoQemuImg)
     }
 }
 
