@@ -287,9 +287,32 @@ pub enum Verdict {
     /// The CI excludes it.
     DoesNotHold,
     /// Neither, with the reason (too few repeats, a CI too wide, no logarithm).
-    Inconclusive(String),
+    Inconclusive(Undecided),
     /// A system it needs has no passed cell, or no like-for-like pair exists.
     NotMeasured,
+}
+
+/// Why a finding is neither upheld nor refuted.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum Undecided {
+    /// Fewer passed repeats a side than a CI needs.
+    #[error("n = {n} < {MIN_REPEATS}")]
+    FewRepeats {
+        /// The smaller side's repeats.
+        n: usize,
+    },
+    /// A repeat measured 0 or less: no ratio on logarithms.
+    #[error("a value is 0")]
+    ZeroValue,
+    /// The write-up gives no figure to check against.
+    #[error("no published ratio")]
+    NoPublishedRatio,
+    /// The ratio's CI includes 1: no direction.
+    #[error("CI includes 1")]
+    CiIncludesOne,
+    /// The CI lies partly inside and partly outside the band.
+    #[error("CI crosses the band")]
+    CiCrossesBand,
 }
 
 impl std::fmt::Display for Verdict {
@@ -297,7 +320,8 @@ impl std::fmt::Display for Verdict {
         match self {
             Verdict::Holds => f.write_str("holds"),
             Verdict::DoesNotHold => f.write_str("does not hold"),
-            Verdict::Inconclusive(why) if why.starts_with("n = ") => {
+            // Too few repeats is the one reason the reader can act on from the table.
+            Verdict::Inconclusive(why @ Undecided::FewRepeats { .. }) => {
                 write!(f, "inconclusive ({why})")
             }
             Verdict::Inconclusive(_) => f.write_str("inconclusive"),
@@ -403,7 +427,7 @@ fn judge(check: &Check, published: Option<f64>, xa: &[f64], xb: &[f64]) -> (Verd
             _ => "-".into(),
         };
         return (
-            Verdict::Inconclusive(format!("n = {n} < {MIN_REPEATS}")),
+            Verdict::Inconclusive(Undecided::FewRepeats { n }),
             format!(
                 "ours {ours} (ratio of means; no CI below {MIN_REPEATS} repeats a side) vs \
                  {pubs}; n = {} + {}",
@@ -414,7 +438,7 @@ fn judge(check: &Check, published: Option<f64>, xa: &[f64], xb: &[f64]) -> (Verd
     }
     let Some(ci) = ratio_ci(xb, xa, 0.95) else {
         return (
-            Verdict::Inconclusive("a value is 0".into()),
+            Verdict::Inconclusive(Undecided::ZeroValue),
             format!(
                 "a repeat measured 0 (or less): no ratio on logarithms; {pubs}; n = {} + {}",
                 xa.len(),
@@ -444,7 +468,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, Stri
         Check::Ratio { about_pct, .. } => {
             let Some(p) = published else {
                 return (
-                    Verdict::Inconclusive("no published ratio".into()),
+                    Verdict::Inconclusive(Undecided::NoPublishedRatio),
                     "no published ratio to check".into(),
                 );
             };
@@ -475,7 +499,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, Stri
                 )
             } else {
                 (
-                    Verdict::Inconclusive("CI includes 1".into()),
+                    Verdict::Inconclusive(Undecided::CiIncludesOne),
                     format!("{band}, CI includes it and also 1"),
                 )
             }
@@ -487,7 +511,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, Stri
                 (Verdict::DoesNotHold, "finding a/b > 1, CI below 1".into())
             } else {
                 (
-                    Verdict::Inconclusive("CI includes 1".into()),
+                    Verdict::Inconclusive(Undecided::CiIncludesOne),
                     "finding a/b > 1, CI includes 1".into(),
                 )
             }
@@ -501,7 +525,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, Stri
                 (Verdict::DoesNotHold, format!("{band}, CI outside"))
             } else {
                 (
-                    Verdict::Inconclusive("CI crosses the band".into()),
+                    Verdict::Inconclusive(Undecided::CiCrossesBand),
                     format!("{band}, CI crosses its edge"),
                 )
             }
