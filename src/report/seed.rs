@@ -15,7 +15,7 @@
 //! ln values, `compare::stats::ratio_ci`), printed beside the write-up's own ratio: `holds` when
 //! the CI supports the finding, `does not hold` when it excludes it, `inconclusive` otherwise.
 
-use crate::cell::{Backend, Cell};
+use crate::cell::Cell;
 use crate::compare::stats::{ratio_ci, RatioCi};
 use crate::results::{CellResult, Outcome, RunRecord};
 use serde::Deserialize;
@@ -393,7 +393,7 @@ fn contrast(a: &CellRule, b: &CellRule) -> BTreeSet<String> {
 /// Like for like: equal in every dimension but the contrast. An empty value (xen_mode of a KVM
 /// cell) does not apply; a link applies only when both disks are reached over the network.
 fn like_for_like(x: &Cell, y: &Cell, contrast: &BTreeSet<String>) -> bool {
-    let networked = |c: &Cell| matches!(c.backend, Backend::Nfs | Backend::Iscsi);
+    let networked = |c: &Cell| crate::storage::descriptor(c.backend).networked();
     x.dimensions()
         .into_iter()
         .zip(y.dimensions())
@@ -893,7 +893,7 @@ pub fn against(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{Format, Hypervisor, Link};
+    use crate::cell::{Backend, Format, Hypervisor, Link};
 
     /// A real stored run: a run.json, or the run inside a `vmbench export` file.
     fn real(text: &str) -> RunRecord {

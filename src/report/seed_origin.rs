@@ -62,13 +62,11 @@ pub fn origin(ran: &Result<MatrixConfig, String>, preset: &SeedPreset) -> Origin
         Err(why) => return Origin::Unknown(why.clone()),
     };
     let mut expected = preset.config();
-    if ran.storage.block_device.is_none() {
-        // As `cli::matrix_config` does: without a device the preset's block system is listed as
-        // not measured, not refused.
-        expected
-            .backend
-            .retain(|b| *b != crate::cell::Backend::Block);
-    }
+    // As `cli::matrix_config` does: without a device the preset's block system is listed as
+    // not measured, not refused.
+    expected
+        .backend
+        .retain(|b| !crate::storage::descriptor(*b).preset_needs_device(&ran.storage));
     let diffs = differences(ran, &expected);
     if diffs.is_empty() {
         Origin::Preset
