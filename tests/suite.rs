@@ -6,6 +6,7 @@
 mod common;
 
 mod agent_boot;
+mod architecture;
 mod compare_ab;
 mod compare_html;
 mod compare_recommend;
