@@ -570,13 +570,40 @@ pub fn recorded_matrix_config(command: &[String]) -> Result<MatrixConfig, String
 
 /// Builds the matrix configuration: defaults, then the TOML file, then CLI flags.
 pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
-    let mut c = match (&a.config, &a.preset) {
+    let mut c = base_config(a)?;
+    sweep_lists(&mut c, a)?;
+    sweep_numbers(&mut c, a)?;
+    if let Some(s) = &a.link {
+        c.link = parse_links(s)?;
+    }
+    run_settings(&mut c, a);
+    hosts_and_rules(&mut c, a)?;
+    storage_options(&mut c.storage, a)?;
+    test_hooks(&mut c, a)?;
+    if a.preset.is_some() {
+        // A preset's block system needs a device the user names; without one it is listed as
+        // not measured (see `SeedPreset::not_here`) instead of refusing the whole preset.
+        let storage = &c.storage;
+        c.backend
+            .retain(|b| !crate::storage::descriptor(*b).preset_needs_device(storage));
+    }
+    c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(c)
+}
+
+/// The configuration the flags start from: `--config` wins over `--preset`, else the defaults.
+fn base_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
+    Ok(match (&a.config, &a.preset) {
         (Some(p), _) => MatrixConfig::from_file(p).map_err(|e| CliError::Usage(e.to_string()))?,
         (None, Some(name)) => crate::matrix::presets::seed_preset(name)
             .map_err(CliError::Usage)?
             .config(),
         (None, None) => MatrixConfig::default(),
-    };
+    })
+}
+
+/// The named sweep lists (`--backend file,lvm`); a given flag replaces the whole list.
+fn sweep_lists(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
     macro_rules! list {
         ($field:ident) => {
             if let Some(s) = &a.$field {
@@ -596,10 +623,12 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     list!(bs);
     list!(iothread);
     list!(pin);
-    sweep_numbers(&mut c, a)?;
-    if let Some(s) = &a.link {
-        c.link = parse_links(s)?;
-    }
+    Ok(())
+}
+
+/// The per-run scalars (repeats, sizes, timeouts, limits) and the `--no-*` switches; clap has
+/// already checked each value, so nothing here can fail.
+fn run_settings(c: &mut MatrixConfig, a: &MatrixArgs) {
     macro_rules! scalar {
         ($field:ident, $cfg:ident) => {
             if let Some(v) = a.$field.clone() {
@@ -638,14 +667,19 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         c.probe = false;
     }
     c.host_baseline |= a.host_baseline;
+}
+
+/// Where the hypervisors run (`--connect`, `--host`, `--host-pool-dir`) and which cells the
+/// `--exclude`/`--include` rules drop or keep, applied in the order given.
+fn hosts_and_rules(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
     for spec in &a.connect {
-        apply_connect(&mut c, spec)?;
+        apply_connect(c, spec)?;
     }
     for spec in &a.hosts {
-        apply_host(&mut c, spec)?;
+        apply_host(c, spec)?;
     }
     for spec in &a.host_pool_dirs {
-        apply_host_pool_dir(&mut c, spec)?;
+        apply_host_pool_dir(c, spec)?;
     }
     for r in &a.exclude {
         c.exclude
@@ -655,7 +689,14 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
         c.include
             .push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
     }
-    let s = &mut c.storage;
+    Ok(())
+}
+
+/// The storage backends' options (`--local-dir`, `--nfs`, `--lvm-vg`, ...).
+fn storage_options(
+    s: &mut crate::matrix::config::StorageConfig,
+    a: &MatrixArgs,
+) -> Result<(), CliError> {
     macro_rules! opt {
         ($field:ident) => {
             if let Some(v) = a.$field.clone() {
@@ -685,16 +726,7 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     opt!(block_device);
     s.allow_destroy |= a.allow_destroy;
     s.force |= a.force;
-    test_hooks(&mut c, a)?;
-    if a.preset.is_some() {
-        // A preset's block system needs a device the user names; without one it is listed as
-        // not measured (see `SeedPreset::not_here`) instead of refusing the whole preset.
-        let storage = &c.storage;
-        c.backend
-            .retain(|b| !crate::storage::descriptor(*b).preset_needs_device(storage));
-    }
-    c.validate().map_err(|e| CliError::Usage(e.to_string()))?;
-    Ok(c)
+    Ok(())
 }
 
 /// The numeric sweep lists (`--iodepth 1,4,16`), each checked against its range.

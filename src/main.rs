@@ -132,35 +132,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     } else {
         report::MetricSet::Headline
     };
-    if let Some(dir) = &a.resume {
-        if !dir.join("run.json").is_file() || !dir.join("config.json").is_file() {
-            return Err(CliError::Usage(format!(
-                "--resume {}: not a vmbench run directory (needs run.json and config.json)",
-                dir.display()
-            )));
-        }
-    }
-    let cfg = match &a.resume {
-        // The run's own config.json decides; a flag that would change the matrix is refused
-        // rather than silently ignored.
-        Some(dir) => {
-            if a.config.is_some()
-                || a.preset.is_some()
-                || cli::matrix_config(&a)? != vmbench::matrix::config::MatrixConfig::default()
-            {
-                return Err(CliError::Usage(
-                    "--resume reruns the run's own config.json: drop --config and the options that shape the matrix".into(),
-                ));
-            }
-            // The CHAP file is read again: it must still be there and private.
-            let c = saved_config(dir)?;
-            c.storage
-                .validate()
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            c
-        }
-        None => cli::matrix_config(&a)?,
-    };
+    let cfg = matrix_run_config(&a)?;
     for w in &cfg.workload {
         if let vmbench::cell::WorkloadId::FioFile(p) = w {
             check_job_file(p)?;
@@ -194,6 +166,48 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     drop(ui);
     let _ = ui_thread.join();
     let summary = result.map_err(CliError::Other)?;
+    Ok(report_finished_run(&summary, table))
+}
+
+/// The configuration `vmbench matrix` runs: the flags' own, or with `--resume` the run
+/// directory's saved one.
+fn matrix_run_config(
+    a: &cli::MatrixArgs,
+) -> Result<vmbench::matrix::config::MatrixConfig, CliError> {
+    if let Some(dir) = &a.resume {
+        if !dir.join("run.json").is_file() || !dir.join("config.json").is_file() {
+            return Err(CliError::Usage(format!(
+                "--resume {}: not a vmbench run directory (needs run.json and config.json)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(match &a.resume {
+        // The run's own config.json decides; a flag that would change the matrix is refused
+        // rather than silently ignored.
+        Some(dir) => {
+            if a.config.is_some()
+                || a.preset.is_some()
+                || cli::matrix_config(a)? != vmbench::matrix::config::MatrixConfig::default()
+            {
+                return Err(CliError::Usage(
+                    "--resume reruns the run's own config.json: drop --config and the options that shape the matrix".into(),
+                ));
+            }
+            // The CHAP file is read again: it must still be there and private.
+            let c = saved_config(dir)?;
+            c.storage
+                .validate()
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            c
+        }
+        None => cli::matrix_config(a)?,
+    })
+}
+
+/// Prints a finished run's tables and where it is, and gives the exit code: 1 when a cell
+/// failed or none passed, the interrupted code when cut short.
+fn report_finished_run(summary: &runner::FinishedRun, table: report::MetricSet) -> i32 {
     // The results are stored by now: a closed stdout or stderr must not turn the exit code
     // into a panic's, so these writes ignore their errors.
     print_tables(&summary.record, table);
@@ -205,7 +219,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
             "interrupted: finished cells are kept; continue with `vmbench matrix --resume {}`",
             summary.dir.display()
         );
-        return Ok(EXIT_INTERRUPTED);
+        return EXIT_INTERRUPTED;
     }
     let passed = summary
         .record
@@ -217,11 +231,11 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
         let _ = writeln!(err, "vmbench: no cell could be measured on this host (see the reasons above; `vmbench doctor` checks the host)");
     }
     // A nightly job must not go green when nothing was measured.
-    Ok(if summary.failed() > 0 || passed == 0 {
+    if summary.failed() > 0 || passed == 0 {
         1
     } else {
         0
-    })
+    }
 }
 
 fn saved_config(dir: &Path) -> Result<vmbench::matrix::config::MatrixConfig, CliError> {

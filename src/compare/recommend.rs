@@ -607,17 +607,7 @@ pub fn pair_finding_values(
     (a_label, a): (&str, &[f64]),
     (b_label, b): (&str, &[f64]),
 ) -> PairFinding {
-    let mean = |v: &[f64]| super::stats::mean(v).unwrap_or(f64::NAN);
-    let a_better = if o.higher_is_better() {
-        mean(a) >= mean(b)
-    } else {
-        mean(a) <= mean(b)
-    };
-    let ((ahead, av), (behind, bv)) = if a_better {
-        ((a_label, a), (b_label, b))
-    } else {
-        ((b_label, b), (a_label, a))
-    };
+    let ((ahead, av), (behind, bv)) = ahead_first(o, (a_label, a), (b_label, b));
     let mut f = PairFinding {
         objective: o,
         separation: Separation::NoInterval,
@@ -632,20 +622,69 @@ pub fn pair_finding_values(
         repeats_for_target: None,
         text: String::new(),
     };
-    let first = av.first().or(bv.first()).copied();
-    if !av.is_empty() && !bv.is_empty() && av.iter().chain(bv).all(|x| Some(*x) == first) {
+    if let Some(value) = same_in_every_repeat(av, bv) {
         f.separation = Separation::Equal;
         f.ahead_by_pct = 0.0;
         f.text = format!(
             "{}: {ahead} and {behind} equal ({} in every repeat)",
             o.noun(),
-            o.show(first.unwrap_or(0.0), false)
+            o.show(value, false)
         );
         return f;
     }
+    measure_difference(&mut f, av, bv);
+    f.separation = match f.ci_pct {
+        Some((lo, _)) if lo > 0.0 => Separation::Ahead,
+        Some(_) => Separation::NotSeparable,
+        None => Separation::NoInterval,
+    };
+    f.text = finding_text(&f);
+    f
+}
+
+/// A cell's label with its values on one objective.
+type Labelled<'a> = (&'a str, &'a [f64]);
+
+/// The two labelled samples, the one with the better mean on `o` first (`a` on a tie).
+fn ahead_first<'a>(
+    o: Objective,
+    (a_label, a): Labelled<'a>,
+    (b_label, b): Labelled<'a>,
+) -> (Labelled<'a>, Labelled<'a>) {
+    let mean = |v: &[f64]| super::stats::mean(v).unwrap_or(f64::NAN);
+    let a_better = if o.higher_is_better() {
+        mean(a) >= mean(b)
+    } else {
+        mean(a) <= mean(b)
+    };
+    if a_better {
+        ((a_label, a), (b_label, b))
+    } else {
+        ((b_label, b), (a_label, a))
+    }
+}
+
+/// The one value both samples repeat throughout, if both are non-empty and nothing varies: no
+/// test can say anything then, and "equal" is the honest answer.
+fn same_in_every_repeat(av: &[f64], bv: &[f64]) -> Option<f64> {
+    let first = av.first().or(bv.first()).copied();
+    if !av.is_empty() && !bv.is_empty() && av.iter().chain(bv).all(|x| Some(*x) == first) {
+        Some(first.unwrap_or(0.0))
+    } else {
+        None
+    }
+}
+
+/// Fills `f`'s test figures: method, p, how far ahead with its interval, and what the spread
+/// would let a run see.
+fn measure_difference(f: &mut PairFinding, av: &[f64], bv: &[f64]) {
     // The test's change is `ahead` relative to `behind`; for a cost, being ahead is being lower.
     let t = test_values(bv, av);
-    let sign = if o.higher_is_better() { 1.0 } else { -1.0 };
+    let sign = if f.objective.higher_is_better() {
+        1.0
+    } else {
+        -1.0
+    };
     f.method = t.method;
     f.p = t.welch.map(|w| w.p);
     if let Some(w) = t.welch {
@@ -662,17 +701,17 @@ pub fn pair_finding_values(
             MAX_REPEATS_NAMED,
         );
     }
+}
+
+/// The finding's sentence, from its separation and figures.
+fn finding_text(f: &PairFinding) -> String {
+    let (o, ahead, behind) = (f.objective, &f.ahead, &f.behind);
     let n = if f.n.0 == f.n.1 {
         format!("n = {}", f.n.0)
     } else {
         format!("n = {} vs {}", f.n.0, f.n.1)
     };
-    f.separation = match f.ci_pct {
-        Some((lo, _)) if lo > 0.0 => Separation::Ahead,
-        Some(_) => Separation::NotSeparable,
-        None => Separation::NoInterval,
-    };
-    f.text = match (f.separation, f.ci_pct) {
+    match (f.separation, f.ci_pct) {
         (Separation::Ahead, Some((lo, hi))) => format!(
             "{}: {ahead} ahead of {behind} by {} [{}, {}]",
             o.noun(),
@@ -696,8 +735,7 @@ pub fn pair_finding_values(
             "{}: {ahead} and {behind}: no interval at {n} repeats with the figure",
             o.noun()
         ),
-    };
-    f
+    }
 }
 
 fn pair_finding(o: Objective, a: &Candidate, b: &Candidate) -> PairFinding {
@@ -1024,6 +1062,18 @@ impl ObjectiveTable {
 /// set, then the ranking with each pair of neighbours' findings, then the method.
 pub fn render_text(r: &Recommendation) -> String {
     let mut out = String::new();
+    // Figures and ranking line their labels up in one column.
+    let width = r.cells.iter().map(|c| c.label.len()).max().unwrap_or(0);
+    push_question(&mut out, r);
+    push_figures(&mut out, r, width);
+    push_dominance(&mut out, r);
+    push_ranking(&mut out, r, width);
+    out.push_str(&format!("\nmethod: {}\n", r.method));
+    out
+}
+
+/// The question answered: run, workload, repeats, objectives, and what was left out and why.
+fn push_question(out: &mut String, r: &Recommendation) {
     let n: Vec<usize> = r.cells.iter().map(|c| c.n).collect();
     let (lo, hi) = (
         n.iter().min().copied().unwrap_or(0),
@@ -1074,8 +1124,11 @@ pub fn render_text(r: &Recommendation) -> String {
             c.label, c.n
         ));
     }
+}
+
+/// Each cell's figures, mean with its spread as a percentage of the mean.
+fn push_figures(out: &mut String, r: &Recommendation, width: usize) {
     out.push_str("\nfigures (mean, sd over the repeats):\n");
-    let width = r.cells.iter().map(|c| c.label.len()).max().unwrap_or(0);
     for c in &r.cells {
         let figs: Vec<String> = c
             .figures
@@ -1094,6 +1147,10 @@ pub fn render_text(r: &Recommendation) -> String {
             figs.join(", ")
         ));
     }
+}
+
+/// The non-dominated set, then each dominated cell with the cell that beats it.
+fn push_dominance(out: &mut String, r: &Recommendation) {
     out.push_str(&format!(
         "\nnon-dominated (no other cell at least as good on every objective, by means): {}\n",
         r.non_dominated.join(", ")
@@ -1106,6 +1163,10 @@ pub fn render_text(r: &Recommendation) -> String {
         };
         out.push_str(&format!("  {}: dominated by {}{how}\n", d.label, d.by));
     }
+}
+
+/// The ranking, each cell followed by its findings against the next one.
+fn push_ranking(out: &mut String, r: &Recommendation, width: usize) {
     out.push_str("\nranking by weighted score (neighbours no objective separates share a rank):\n");
     for x in &r.ranking {
         out.push_str(&format!(
@@ -1116,6 +1177,4 @@ pub fn render_text(r: &Recommendation) -> String {
             out.push_str(&format!("     {}\n", f.text));
         }
     }
-    out.push_str(&format!("\nmethod: {}\n", r.method));
-    out
 }

@@ -416,23 +416,7 @@ fn build_from(
         req.force,
         progress,
     )?;
-    let mut versions = BTreeMap::new();
-    versions.insert("kernel".to_string(), inp.kernel_version.clone());
-    versions.insert("kernel_release".to_string(), rel.clone());
-    versions.insert("fio".to_string(), fio_build::version_of(&fio)?);
-    versions.insert("fio_source".to_string(), inp.fio_version.clone());
-    for b in &inp.recipe.binaries {
-        versions.insert(b.package.clone(), inp.packages[&b.package].clone());
-    }
-    versions.insert(
-        "busybox".to_string(),
-        inp.packages[&inp.recipe.busybox.package].clone(),
-    );
-    versions.insert("agent".to_string(), env!("CARGO_PKG_VERSION").to_string());
-    versions.insert(
-        "agent_sha256".to_string(),
-        hex::encode(Sha256::digest(&inp.agent)),
-    );
+    let versions = component_versions(&inp, &rel, &fio)?;
     progress("assembling initramfs");
     let (base, extra) = assemble(&inp, &root, &rel, &fio, &versions)?;
     let out = staging.path().join("image");
@@ -467,6 +451,33 @@ fn build_from(
         info.id, info.initrd_bytes, info.initrd_full_bytes
     ));
     Ok(info)
+}
+
+/// What went into the image, by component: kernel, fio, each packaged binary, busybox and the
+/// agent (with its hash, since the version alone does not change on every rebuild).
+fn component_versions(
+    inp: &Inputs,
+    rel: &str,
+    fio: &Path,
+) -> Result<BTreeMap<String, String>, ImageError> {
+    let mut versions = BTreeMap::new();
+    versions.insert("kernel".to_string(), inp.kernel_version.clone());
+    versions.insert("kernel_release".to_string(), rel.to_string());
+    versions.insert("fio".to_string(), fio_build::version_of(fio)?);
+    versions.insert("fio_source".to_string(), inp.fio_version.clone());
+    for b in &inp.recipe.binaries {
+        versions.insert(b.package.clone(), inp.packages[&b.package].clone());
+    }
+    versions.insert(
+        "busybox".to_string(),
+        inp.packages[&inp.recipe.busybox.package].clone(),
+    );
+    versions.insert("agent".to_string(), env!("CARGO_PKG_VERSION").to_string());
+    versions.insert(
+        "agent_sha256".to_string(),
+        hex::encode(Sha256::digest(&inp.agent)),
+    );
+    Ok(versions)
 }
 
 /// The two initramfs archives: the base every cell boots with, and the extra one that the

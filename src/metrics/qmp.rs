@@ -229,15 +229,32 @@ fn backfill(v: &mut serde_json::Value, field: &str) -> bool {
     added
 }
 
+/// A counter's growth since an earlier reading; a counter that went back (a reset) counts as 0.
+fn delta(now: u64, before: u64) -> f64 {
+    now.saturating_sub(before) as f64
+}
+
 impl DiskCounters {
     /// Host-observed IOPS, bandwidth and mean latency between `earlier` and `self`.
     pub fn since(&self, earlier: &DiskCounters, secs: f64) -> Vec<Metric> {
-        let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
-        let (rops, wops) = (
-            d(self.rd_ops, earlier.rd_ops),
-            d(self.wr_ops, earlier.wr_ops),
-        );
-        let mut v = vec![
+        let mut v = self.throughput_since(earlier, secs);
+        v.extend(self.mean_latency_since(earlier));
+        v.extend(self.hist_percentiles(earlier));
+        v
+    }
+
+    /// Read and write ops between `earlier` and `self`.
+    fn ops_since(&self, earlier: &DiskCounters) -> (f64, f64) {
+        (
+            delta(self.rd_ops, earlier.rd_ops),
+            delta(self.wr_ops, earlier.wr_ops),
+        )
+    }
+
+    /// Ops, IOPS and bandwidth in each direction between `earlier` and `self`.
+    fn throughput_since(&self, earlier: &DiskCounters, secs: f64) -> Vec<Metric> {
+        let (rops, wops) = self.ops_since(earlier);
+        vec![
             Metric::num(
                 "host_read_ops",
                 "Host-observed read ops",
@@ -271,21 +288,26 @@ impl DiskCounters {
                 "Host-observed read bandwidth",
                 "MiB/s",
                 Better::Higher,
-                d(self.rd_bytes, earlier.rd_bytes) / secs / 1048576.0,
+                delta(self.rd_bytes, earlier.rd_bytes) / secs / 1048576.0,
             ),
             Metric::num(
                 "host_write_bw_mib_s",
                 "Host-observed write bandwidth",
                 "MiB/s",
                 Better::Higher,
-                d(self.wr_bytes, earlier.wr_bytes) / secs / 1048576.0,
+                delta(self.wr_bytes, earlier.wr_bytes) / secs / 1048576.0,
             ),
-        ];
+        ]
+    }
+
+    /// Mean read and write latency between `earlier` and `self`, from the summed op times.
+    fn mean_latency_since(&self, earlier: &DiskCounters) -> Vec<Metric> {
+        let (rops, wops) = self.ops_since(earlier);
         let mean_lat = |t: u64, t0: u64, n: f64, what: &str| {
             if !self.timed {
                 Value::NotAvailable("no latency in libvirt's block stats".into())
             } else if n > 0.0 {
-                Value::Number(d(t, t0) / n / 1000.0)
+                Value::Number(delta(t, t0) / n / 1000.0)
             } else {
                 // A mean over no operations is undefined, not 0 µs (which would look fastest).
                 Value::NotAvailable(format!("no {what} operations in the window"))
@@ -303,17 +325,15 @@ impl DiskCounters {
                 mean_lat(self.wr_time_ns, earlier.wr_time_ns, wops, "write"),
             ),
         ];
-        for (k, l, value) in lats {
-            v.push(Metric {
+        lats.into_iter()
+            .map(|(k, l, value)| Metric {
                 key: k.into(),
                 label: l.into(),
                 unit: "µs".into(),
                 better: Better::Lower,
                 value,
-            });
-        }
-        v.extend(self.hist_percentiles(earlier));
-        v
+            })
+            .collect()
     }
 
     /// Host p50/p99 from the latency histograms, at the percentiles fio reports for the guest

@@ -802,20 +802,7 @@ pub fn against(
     force: bool,
 ) -> Result<String, SeedError> {
     let seed = seed_table(name)?;
-    let origin = match crate::matrix::presets::seed_preset(&seed.name) {
-        Ok(p) => seed_origin::origin(ran, p),
-        Err(e) => Origin::Unknown(e),
-    };
-    let differs = match &origin {
-        Origin::Preset => None,
-        Origin::Differs(d) => Some(
-            d.iter()
-                .map(|d| format!("  {d}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ),
-        Origin::Unknown(why) => Some(format!("  {why}")),
-    };
+    let differs = differences_from_preset(&seed, ran);
     if let (Some(why), false) = (&differs, force) {
         return Err(SeedError::NotFromPreset {
             seed: seed.name.clone(),
@@ -860,6 +847,35 @@ pub fn against(
         "Measured in this run (mean ±sd% over passed repeats; n per cell in its label):\n{}\n",
         measured_table(&seed, &measured)
     );
+    push_systems(&mut out, &seed, &measured);
+    push_conclusions(&mut out, &seed, &measured);
+    Ok(out)
+}
+
+/// How the run's configuration differs from the seed's preset, one indented line each, or
+/// `None` when the preset made it.
+fn differences_from_preset(
+    seed: &SeedTable,
+    ran: &Result<crate::matrix::config::MatrixConfig, String>,
+) -> Option<String> {
+    let origin = match crate::matrix::presets::seed_preset(&seed.name) {
+        Ok(p) => seed_origin::origin(ran, p),
+        Err(e) => Origin::Unknown(e),
+    };
+    match &origin {
+        Origin::Preset => None,
+        Origin::Differs(d) => Some(
+            d.iter()
+                .map(|d| format!("  {d}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Origin::Unknown(why) => Some(format!("  {why}")),
+    }
+}
+
+/// Each published system with what this run did with it.
+fn push_systems(out: &mut String, seed: &SeedTable, measured: &BTreeMap<&str, Measured<'_>>) {
     let _ = writeln!(out, "Systems:");
     for s in &seed.systems {
         let status = match (&s.repeat_of, &s.not_measured) {
@@ -872,6 +888,10 @@ pub fn against(
         };
         let _ = writeln!(out, "  {}: {} — {status}", s.label, s.maps_to);
     }
+}
+
+/// Each conclusion of the write-up with its verdict on every like-for-like pair of cells.
+fn push_conclusions(out: &mut String, seed: &SeedTable, measured: &BTreeMap<&str, Measured<'_>>) {
     let _ = writeln!(
         out,
         "\nConclusions of the write-up, judged per like-for-like pair of cells (nothing pooled): \
@@ -880,14 +900,13 @@ pub fn against(
     );
     for c in &seed.conclusions {
         let _ = writeln!(out, "  {}", c.text);
-        for j in judge_conclusion(&seed, c, &measured) {
+        for j in judge_conclusion(seed, c, measured) {
             let _ = writeln!(out, "    [{}] {}", j.verdict, j.pair);
             if !j.detail.is_empty() {
                 let _ = writeln!(out, "        {}", j.detail);
             }
         }
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -1178,9 +1197,9 @@ mod tests {
         assert!(out.contains("runtime: run 10, preset 60"), "{out}");
     }
 
-    #[test]
-    fn two_links_give_two_conclusions_never_one_pooled() {
-        let seed: SeedTable = toml::from_str(
+    /// Three systems, one of them on a named link, and two conclusions that chain them.
+    fn linked_seed() -> SeedTable {
+        toml::from_str(
             r#"
             name = "t"
             source = "t"
@@ -1209,7 +1228,11 @@ mod tests {
             check = { kind = "higher", metric = "read_iops", a = "iscsi", b = "nfs-1g" }
             "#,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The two real five-repeat runs as one run with local, iSCSI over two links and NFS cells.
+    fn linked_run() -> RunRecord {
         // Real repeats: run a's raw cells stay local; run b's raw cells become iscsi over 1gbit,
         // its qcow2 cells iscsi over 100mbit, and a's qcow2 cells nfs over 1gbit (all raw).
         let a = real(include_str!("../../tests/fixtures/export-aa-rep5-a.json"));
@@ -1230,6 +1253,13 @@ mod tests {
             c.cell.format = Format::Raw;
             run.cells.push(c);
         }
+        run
+    }
+
+    #[test]
+    fn two_links_give_two_conclusions_never_one_pooled() {
+        let seed = linked_seed();
+        let run = linked_run();
         let measured: BTreeMap<&str, Measured<'_>> = seed
             .systems
             .iter()
