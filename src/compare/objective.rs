@@ -7,6 +7,7 @@
 use super::recommend::RecommendError;
 use super::table::fmt_num;
 use crate::results::{CellResult, Timings};
+use crate::workload::{Figures, RateKind, TailKind};
 use std::fmt;
 use std::str::FromStr;
 
@@ -36,11 +37,13 @@ pub enum Objective {
 /// Where an objective's figure comes from in one repeat.
 #[derive(Debug, Clone, Copy)]
 enum Source {
-    /// The sum of the metrics present (fio keys, bonnie++ keys).
-    Sum(&'static [&'static str], &'static [&'static str]),
-    /// The largest of the metrics present (fio keys, bonnie++ keys).
-    Max(&'static [&'static str], &'static [&'static str]),
-    /// QEMU plus storage-server CPU per 1,000 I/Os (fio only: bonnie++ gives no I/O count).
+    /// The sum of the engine's I/O-rate metrics present ([`Figures::rate`]).
+    Rate,
+    /// The sum of the engine's bandwidth metrics present.
+    Bandwidth,
+    /// The largest of the engine's tail-latency metrics present.
+    Tail,
+    /// QEMU plus storage-server CPU per 1,000 I/Os (an engine whose rate counts I/Os).
     CpuPerIo,
     /// A storage server's cost: the metric, and 0 on backends without a server.
     ServerCost(&'static str),
@@ -90,7 +93,7 @@ const DEFS: [Def; 9] = [
         noun: "IOPS",
         lead: "fastest",
         higher_is_better: true,
-        source: Source::Sum(&["read_iops", "write_iops"], &["random_seeks_ps"]),
+        source: Source::Rate,
         unit: Unit::Iops,
         needs: "read_iops + write_iops (bonnie++: random_seeks_ps)",
     },
@@ -100,7 +103,7 @@ const DEFS: [Def; 9] = [
         noun: "bandwidth",
         lead: "highest bandwidth",
         higher_is_better: true,
-        source: Source::Sum(&["read_bw_mib_s", "write_bw_mib_s"], &[]),
+        source: Source::Bandwidth,
         unit: Unit::MibPerSec,
         needs: "read_bw_mib_s + write_bw_mib_s (fio cells)",
     },
@@ -110,14 +113,7 @@ const DEFS: [Def; 9] = [
         noun: "p99",
         lead: "lowest tail latency",
         higher_is_better: false,
-        source: Source::Max(
-            &["read_lat_p99_us", "write_lat_p99_us"],
-            &[
-                "lat_seq_out_block_us",
-                "lat_seq_in_block_us",
-                "lat_random_seeks_us",
-            ],
-        ),
+        source: Source::Tail,
         unit: Unit::LatencyUs,
         needs: "read_lat_p99_us/write_lat_p99_us (bonnie++: its block and seek latencies)",
     },
@@ -186,8 +182,8 @@ const DEFS: [Def; 9] = [
 /// What kind of cell a repeat belongs to: decides which keys an objective reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CellKind {
-    /// A bonnie++ cell, ranked on bonnie++'s figures.
-    pub bonnie: bool,
+    /// Where its engine's figures are.
+    pub figures: &'static Figures,
     /// No storage server (local, block, lvm): its memory and CPU are 0, the best figures.
     pub serverless: bool,
 }
@@ -236,15 +232,14 @@ impl Objective {
                 .and_then(|m| m.value.number())
                 .filter(|v| v.is_finite())
         };
-        let pick = |fio: &'static [&'static str], bonnie: &'static [&'static str]| {
-            let keys = if kind.bonnie { bonnie } else { fio };
-            keys.iter().filter_map(|k| get(k)).collect::<Vec<f64>>()
-        };
+        let pick = |keys: &'static [&'static str]| keys.iter().filter_map(|k| get(k));
+        let f = kind.figures;
         let server = |k: &str| get(k).or(kind.serverless.then_some(0.0));
         match self.def().source {
-            Source::Sum(f, b) => pick(f, b).into_iter().reduce(|a, b| a + b),
-            Source::Max(f, b) => pick(f, b).into_iter().reduce(f64::max),
-            Source::CpuPerIo if kind.bonnie => None,
+            Source::Rate => pick(f.rate.1).reduce(|a, b| a + b),
+            Source::Bandwidth => pick(f.bandwidth).reduce(|a, b| a + b),
+            Source::Tail => pick(f.tail.1).reduce(f64::max),
+            Source::CpuPerIo if f.rate.0 != RateKind::Iops => None,
             Source::CpuPerIo => {
                 let cpu = get("host_qemu_cpu_pct")? + server("storage_server_cpu_pct")?;
                 let iops = get("read_iops").unwrap_or(0.0) + get("write_iops").unwrap_or(0.0);
@@ -259,21 +254,27 @@ impl Objective {
     }
 
     /// How a value reads, e.g. "7,757 IOPS", "p99 14 ms", "232 core-ms host CPU per 1k I/Os".
-    pub fn show(self, v: f64, bonnie: bool) -> String {
-        match (self.def().unit, bonnie) {
-            (Unit::Iops, true) => format!("{} seeks/s", fmt_num(v)),
-            (Unit::Iops, false) => format!("{} IOPS", fmt_num(v)),
-            (Unit::MibPerSec, _) => format!("{} MiB/s", fmt_num(v)),
-            (Unit::LatencyUs, true) if v >= 1000.0 => format!("max latency {:.1} ms", v / 1000.0),
-            (Unit::LatencyUs, true) => format!("max latency {} µs", fmt_num(v)),
-            (Unit::LatencyUs, false) if v >= 10_000.0 => format!("p99 {:.0} ms", v / 1000.0),
-            (Unit::LatencyUs, false) if v >= 1000.0 => format!("p99 {:.1} ms", v / 1000.0),
-            (Unit::LatencyUs, false) => format!("p99 {} µs", fmt_num(v)),
-            (Unit::CoreMsPer1k, _) => format!("{} core-ms host CPU per 1k I/Os", fmt_num(v)),
-            (Unit::Mib(what), _) => format!("{v:.0} MiB {what}"),
-            (Unit::Ms, _) if v >= 1000.0 => format!("{:.1} s {}", v / 1000.0, self.noun()),
-            (Unit::Ms, _) => format!("{} ms {}", fmt_num(v), self.noun()),
-            (Unit::Seconds, _) => format!("{v:.1} s {}", self.noun()),
+    pub fn show(self, v: f64, figures: &Figures) -> String {
+        match (self.def().unit, figures.rate.0, figures.tail.0) {
+            (Unit::Iops, RateKind::Seeks, _) => format!("{} seeks/s", fmt_num(v)),
+            (Unit::Iops, RateKind::Iops, _) => format!("{} IOPS", fmt_num(v)),
+            (Unit::MibPerSec, ..) => format!("{} MiB/s", fmt_num(v)),
+            (Unit::LatencyUs, _, TailKind::Max) if v >= 1000.0 => {
+                format!("max latency {:.1} ms", v / 1000.0)
+            }
+            (Unit::LatencyUs, _, TailKind::Max) => format!("max latency {} µs", fmt_num(v)),
+            (Unit::LatencyUs, _, TailKind::P99) if v >= 10_000.0 => {
+                format!("p99 {:.0} ms", v / 1000.0)
+            }
+            (Unit::LatencyUs, _, TailKind::P99) if v >= 1000.0 => {
+                format!("p99 {:.1} ms", v / 1000.0)
+            }
+            (Unit::LatencyUs, _, TailKind::P99) => format!("p99 {} µs", fmt_num(v)),
+            (Unit::CoreMsPer1k, ..) => format!("{} core-ms host CPU per 1k I/Os", fmt_num(v)),
+            (Unit::Mib(what), ..) => format!("{v:.0} MiB {what}"),
+            (Unit::Ms, ..) if v >= 1000.0 => format!("{:.1} s {}", v / 1000.0, self.noun()),
+            (Unit::Ms, ..) => format!("{} ms {}", fmt_num(v), self.noun()),
+            (Unit::Seconds, ..) => format!("{v:.1} s {}", self.noun()),
         }
     }
 

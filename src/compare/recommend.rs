@@ -17,6 +17,7 @@
 pub use super::objective::{CellKind, Objective, Profile, PROFILES};
 use super::{test_values, Method, Spread};
 use crate::results::{CellResult, Outcome, RunRecord};
+use crate::workload::Figures;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -463,7 +464,7 @@ pub fn recommend(run: &RunRecord, ask: &Ask) -> Result<Recommendation, Recommend
         method: METHOD.into(),
         cells: order
             .iter()
-            .map(|(i, _)| figures(&cands[*i], &weighted, table.bonnie))
+            .map(|(i, _)| figures(&cands[*i], &weighted, table.figures))
             .collect(),
         not_ranked: short
             .iter()
@@ -628,7 +629,8 @@ pub fn pair_finding_values(
         f.text = format!(
             "{}: {ahead} and {behind} equal ({} in every repeat)",
             o.noun(),
-            o.show(value, false)
+            // A pair's values come without their engine: read in the default engine's units.
+            o.show(value, &crate::workload::ENGINES[0].figures)
         );
         return f;
     }
@@ -803,7 +805,7 @@ fn pareto(
     (front, dominated)
 }
 
-fn figures(c: &Candidate, objectives: &[Objective], bonnie: bool) -> CellFigures {
+fn figures(c: &Candidate, objectives: &[Objective], units: &Figures) -> CellFigures {
     CellFigures {
         cell_id: c.cell_id.clone(),
         label: c.label.clone(),
@@ -817,7 +819,7 @@ fn figures(c: &Candidate, objectives: &[Objective], bonnie: bool) -> CellFigures
                     mean,
                     stddev: super::stats::stddev(c.values(o)),
                     n: c.values(o).len(),
-                    shown: o.show(mean, bonnie),
+                    shown: o.show(mean, units),
                 })
             })
             .collect(),
@@ -872,8 +874,7 @@ fn candidates(
 fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
     let engine = crate::workload::descriptor(&reps[0].cell.workload);
     let kind = CellKind {
-        // The engine whose figures are laid out per cell is ranked on those figures.
-        bonnie: engine.table.cell_tables().is_some(),
+        figures: &engine.figures,
         serverless: !crate::storage::descriptor(reps[0].cell.backend).has_server(),
     };
     let values = Objective::all()
@@ -885,6 +886,14 @@ fn candidate(id: &str, reps: &[&CellResult]) -> Candidate {
         n: reps.len(),
         kind,
         values,
+    }
+}
+
+/// The candidates' engine's figures when they share one, else the default engine's.
+fn common_figures(cands: &[Candidate]) -> &'static Figures {
+    match cands.first() {
+        Some(c) if cands.iter().all(|d| d.kind.figures == c.kind.figures) => c.kind.figures,
+        _ => &crate::workload::ENGINES[0].figures,
     }
 }
 
@@ -900,7 +909,9 @@ struct ObjectiveTable {
     raw: BTreeMap<Objective, Vec<Option<f64>>>,
     best: BTreeMap<Objective, f64>,
     worst: BTreeMap<Objective, f64>,
-    bonnie: bool,
+    /// The units values read in: the candidates' engine's, or the default engine's when they
+    /// mix engines.
+    figures: &'static Figures,
 }
 
 impl ObjectiveTable {
@@ -910,7 +921,7 @@ impl ObjectiveTable {
             raw: BTreeMap::new(),
             best: BTreeMap::new(),
             worst: BTreeMap::new(),
-            bonnie: cands.iter().all(|c| c.kind.bonnie),
+            figures: common_figures(cands),
         };
         for o in Objective::all() {
             let vals: Vec<Option<f64>> = cands.iter().map(|c| c.mean(o)).collect();
@@ -936,7 +947,7 @@ impl ObjectiveTable {
 
     /// How a value reads in this ranking's workload.
     fn show(&self, o: Objective, v: f64) -> String {
-        o.show(v, self.bonnie)
+        o.show(v, self.figures)
     }
 
     /// 1 for the best cell, proportionally less for the others, 0 without a figure. A cost

@@ -6,7 +6,8 @@
 //! file operations); `+++++`/`+++` mean "too fast to measure"; latencies carry a unit suffix.
 
 use super::engine::{
-    CellTable, Descriptor, EngineError, EngineParams, EnginePlan, Parsed, TableKind, WorkloadEngine,
+    CellTable, Descriptor, EngineError, EngineParams, EnginePlan, Figures, Parsed, RateKind,
+    TableKind, TailKind, WorkloadEngine,
 };
 use crate::results::{Better, Metric, Value};
 use std::collections::BTreeMap;
@@ -38,6 +39,18 @@ pub static ENGINE: Descriptor = Descriptor {
     step_name: |s| matches!(s, Step::Bonnie { .. }).then_some("bonnie++"),
     // It prints no status line while it runs.
     live: |_| None,
+    figures: Figures {
+        rate: (RateKind::Seeks, &["random_seeks_ps"]),
+        bandwidth: &[],
+        tail: (
+            TailKind::Max,
+            &[
+                "lat_seq_out_block_us",
+                "lat_seq_in_block_us",
+                "lat_random_seeks_us",
+            ],
+        ),
+    },
 };
 
 /// bonnie++ on the test filesystem.

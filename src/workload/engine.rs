@@ -140,6 +140,38 @@ pub struct Descriptor {
     pub step_name: fn(&Step) -> Option<&'static str>,
     /// Live IOPS from a status line it printed, `None` for a line that is not its status line.
     pub live: fn(&str) -> Option<LiveIops>,
+    /// The figures `compare --recommend` ranks its cells on.
+    pub figures: Figures,
+}
+
+/// Where `compare --recommend`'s engine-dependent objectives (I/O rate, bandwidth, tail
+/// latency) find their figure in an engine's results.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Figures {
+    /// What the I/O-rate figure counts, and the metrics summed for it.
+    pub rate: (RateKind, &'static [&'static str]),
+    /// The metrics summed for bandwidth (empty: the engine reports none).
+    pub bandwidth: &'static [&'static str],
+    /// What the tail-latency figure is, and the metrics whose largest it is.
+    pub tail: (TailKind, &'static [&'static str]),
+}
+
+/// What an engine's I/O-rate figure counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateKind {
+    /// I/Os per second: host CPU per 1,000 I/Os can be computed from it.
+    Iops,
+    /// Seeks per second: no I/O count.
+    Seeks,
+}
+
+/// What an engine's tail-latency figure is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailKind {
+    /// The 99th percentile of completion latency.
+    P99,
+    /// The largest latency of an operation.
+    Max,
 }
 
 impl std::fmt::Debug for Descriptor {

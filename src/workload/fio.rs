@@ -6,7 +6,8 @@
 //! panic and never a silent zero.
 
 use super::engine::{
-    Descriptor, EngineError, EngineParams, EnginePlan, LiveIops, Parsed, TableKind, WorkloadEngine,
+    Descriptor, EngineError, EngineParams, EnginePlan, Figures, LiveIops, Parsed, RateKind,
+    TableKind, TailKind, WorkloadEngine,
 };
 use crate::cell::WorkloadId;
 use crate::results::{Better, Metric, Value};
@@ -48,6 +49,11 @@ pub static ENGINE: Descriptor = Descriptor {
     version: ("fio", |h: &Hello| h.fio_version.as_deref()),
     step_name: |s| matches!(s, Step::Fio { .. }).then_some("fio"),
     live: |line| parse_eta(line).map(|(read, write)| LiveIops { read, write }),
+    figures: Figures {
+        rate: (RateKind::Iops, &["read_iops", "write_iops"]),
+        bandwidth: &["read_bw_mib_s", "write_bw_mib_s"],
+        tail: (TailKind::P99, &["read_lat_p99_us", "write_lat_p99_us"]),
+    },
 };
 
 /// Prefix of fio's per-second log files (the artifacts `vmbench_iops.1.log`, ...).

@@ -12,8 +12,8 @@ pub mod fio;
 use crate::cell::{UnknownValue, WorkloadId};
 pub use bonnie::Bonnie;
 pub use engine::{
-    CellTable, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, LiveIops, Parsed,
-    TableKind, WorkloadEngine, ENGINES,
+    CellTable, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, Figures, LiveIops,
+    Parsed, RateKind, TableKind, TailKind, WorkloadEngine, ENGINES,
 };
 pub use fio::{Fio, FioJob};
 use std::collections::BTreeMap;
