@@ -64,21 +64,6 @@ const ENGINE_NAMES_KEPT: &[(&str, &str, &str)] = &[
         "fio",
         "the job file check lives in workload::fio",
     ),
-    (
-        "src/compare/objective.rs",
-        "bonnie",
-        "objectives read per-engine metric keys (the engine descriptor does not list them yet)",
-    ),
-    (
-        "src/compare/objective.rs",
-        "fio",
-        "objectives read per-engine metric keys (the engine descriptor does not list them yet)",
-    ),
-    (
-        "src/compare/recommend.rs",
-        "bonnie",
-        "the objectives' per-engine kind",
-    ),
 ];
 
 /// Where a backend variant may be named outside src/storage/ (tests aside): the enum itself
