@@ -134,9 +134,7 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     };
     let cfg = matrix_run_config(&a)?;
     for w in &cfg.workload {
-        if let vmbench::cell::WorkloadId::FioFile(p) = w {
-            check_job_file(p)?;
-        }
+        vmbench::workload::check_job_file(w).map_err(CliError::Usage)?;
     }
     if let Some(p) = &a.preset {
         // Say up front what of the write-up this run cannot reproduce.
@@ -248,16 +246,6 @@ fn saved_config(dir: &Path) -> Result<vmbench::matrix::config::MatrixConfig, Cli
         ))
     })?;
     serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("{}: {e}", p.display())))
-}
-
-fn check_job_file(p: &Path) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| CliError::Usage(format!("workload file:{}: {e}", p.display())))?;
-    vmbench::workload::fio::check_user_job(&text)
-        .map_err(|e| CliError::Usage(format!("workload file:{}: {e}", p.display())))?;
-    vmbench::workload::fio::parse_only(p)
-        .map_err(|e| CliError::Usage(format!("workload file:{}: {e}", p.display())))?;
-    Ok(())
 }
 
 fn spawn_signal_handler(cancel: Arc<Cancel>) {

@@ -54,16 +54,6 @@ const ENGINE_NAMES_KEPT: &[(&str, &str, &str)] = &[
         "bonnie_files",
         "an engine option's flag (--bonnie-files)",
     ),
-    (
-        "src/main.rs",
-        "FioFile",
-        "a job file is checked before the run starts",
-    ),
-    (
-        "src/main.rs",
-        "fio",
-        "the job file check lives in workload::fio",
-    ),
 ];
 
 /// Where a backend variant may be named outside src/storage/ (tests aside): the enum itself

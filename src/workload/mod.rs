@@ -189,6 +189,20 @@ pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
     }
 }
 
+/// A user's job file (`file:PATH`) checked before the run: readable, only the options vmbench
+/// allows, and accepted by the engine itself; a preset has nothing to check. The error names
+/// the file.
+pub fn check_job_file(w: &WorkloadId) -> Result<(), String> {
+    let WorkloadId::FioFile(p) = w else {
+        return Ok(());
+    };
+    let named = |e: &dyn std::fmt::Display| format!("workload file:{}: {e}", p.display());
+    let text = std::fs::read_to_string(p).map_err(|e| named(&e))?;
+    fio::check_user_job(&text).map_err(|e| named(&e))?;
+    fio::parse_only(p).map_err(|e| named(&e))?;
+    Ok(())
+}
+
 /// Whether `w` is a built-in fio preset, the only workload whose fio parameters a sweep
 /// (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) may override.
 pub fn is_fio_preset(w: &WorkloadId) -> bool {
