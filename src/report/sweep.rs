@@ -46,64 +46,78 @@ pub struct XyChart {
 impl XyChart {
     /// The chart as a `<figure>`.
     pub fn render(&self) -> String {
-        let (left, top, pw, ph) = (64.0, 8.0, 330.0, 150.0);
-        let legend_top = top + ph + 40.0;
+        let p = self.plot_area();
+        let legend_top = p.top + p.ph + 40.0;
         let h = legend_top + self.series.len() as f64 * 14.0 + 4.0;
-        let w = left + pw + 40.0;
+        let w = p.left + p.pw + 40.0;
+        let mut inner = String::new();
+        self.push_y_grid(&p, &mut inner);
+        self.push_x_axis(&p, &mut inner);
+        for (i, (name, points, colour)) in self.series.iter().enumerate() {
+            let c = PALETTE[colour % PALETTE.len()];
+            push_series(&p, &mut inner, points, c);
+            push_legend_entry(&p, &mut inner, legend_top + i as f64 * 14.0, name, c);
+        }
+        figure(&self.id, &self.caption, w, h, &inner)
+    }
+
+    /// The plot area's place in the SVG and the ranges its axes span: x from the points (0 to a
+    /// round number, or the points' own span on a log axis), y from 0 to a round number.
+    fn plot_area(&self) -> PlotArea {
+        let mut p = PlotArea {
+            left: 64.0,
+            top: 8.0,
+            pw: 330.0,
+            ph: 150.0,
+            log_x: self.log_x,
+            xmin: 0.0,
+            xmax: 1.0,
+            ymax: 0.0,
+        };
         let pts = || self.series.iter().flat_map(|s| s.1.iter());
-        let fx = |x: f64| if self.log_x { x.max(1e-9).log2() } else { x };
-        let (xmin, xmax) = pts().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(fx(p.x)), b.max(fx(p.x)))
+        let (xmin, xmax) = pts().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), pt| {
+            (a.min(p.fx(pt.x)), b.max(p.fx(pt.x)))
         });
-        let (xmin, xmax) = match (self.log_x, xmin.is_finite()) {
+        (p.xmin, p.xmax) = match (self.log_x, xmin.is_finite()) {
             (_, false) => (0.0, 1.0),
             (true, true) if xmax > xmin => (xmin, xmax),
             (true, true) => (xmin - 1.0, xmax + 1.0),
             (false, true) => (0.0, nice_ceiling(xmax)),
         };
-        let ymax = nice_ceiling(pts().fold(0.0f64, |a, p| a.max(p.y)));
-        let xs = |x: f64| left + (fx(x) - xmin) / (xmax - xmin) * pw;
-        let ys = |v: f64| top + ph - v / ymax * ph;
-        let mut inner = String::new();
+        p.ymax = nice_ceiling(pts().fold(0.0f64, |a, pt| a.max(pt.y)));
+        p
+    }
+
+    /// Horizontal grid lines at 0, half and the top of the y axis, with their values.
+    fn push_y_grid(&self, p: &PlotArea, inner: &mut String) {
+        let left = p.left;
         for k in 0..=2 {
-            let v = ymax * k as f64 / 2.0;
+            let v = p.ymax * k as f64 / 2.0;
             let _ = write!(
                 inner,
                 "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
                  <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-                left + pw,
+                left + p.pw,
                 left - 4.0,
-                ys(v) + 4.0,
+                p.ys(v) + 4.0,
                 esc(&if k == 0 {
                     "0".to_string()
                 } else {
                     super::summary::with_unit(v, &self.y_unit)
                 }),
-                y = ys(v),
+                y = p.ys(v),
             );
         }
-        let ticks: Vec<(f64, String)> = if self.x_ticks.is_empty() {
-            (0..=2)
-                .map(|k| xmax * k as f64 / 2.0)
-                .map(|v| {
-                    (
-                        v,
-                        if v == 0.0 {
-                            "0".into()
-                        } else {
-                            super::summary::with_unit(v, "")
-                        },
-                    )
-                })
-                .collect()
-        } else {
-            self.x_ticks.clone()
-        };
-        for (x, label) in ticks {
+    }
+
+    /// The x tick labels, then the x axis line and its title.
+    fn push_x_axis(&self, p: &PlotArea, inner: &mut String) {
+        let (left, top, pw, ph) = (p.left, p.top, p.pw, p.ph);
+        for (x, label) in self.x_tick_labels(p.xmax) {
             let _ = write!(
                 inner,
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                xs(x),
+                p.xs(x),
                 top + ph + 14.0,
                 esc(&label)
             );
@@ -119,49 +133,106 @@ impl XyChart {
             top + ph + 30.0,
             esc(&self.x_title)
         );
-        for (i, (name, points, colour)) in self.series.iter().enumerate() {
-            let c = PALETTE[colour % PALETTE.len()];
-            let line: Vec<String> = points
-                .iter()
-                .map(|p| format!("{:.1},{:.1}", xs(p.x), ys(p.y)))
-                .collect();
+    }
+
+    /// The chart's own x ticks, or 0, half and the top of the axis when it names none.
+    fn x_tick_labels(&self, xmax: f64) -> Vec<(f64, String)> {
+        if !self.x_ticks.is_empty() {
+            return self.x_ticks.clone();
+        }
+        (0..=2)
+            .map(|k| xmax * k as f64 / 2.0)
+            .map(|v| {
+                (
+                    v,
+                    if v == 0.0 {
+                        "0".into()
+                    } else {
+                        super::summary::with_unit(v, "")
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// Where a chart's plot area sits in the SVG and the values its axes span.
+struct PlotArea {
+    left: f64,
+    top: f64,
+    pw: f64,
+    ph: f64,
+    log_x: bool,
+    xmin: f64,
+    xmax: f64,
+    ymax: f64,
+}
+
+impl PlotArea {
+    /// An x value as the axis measures it: its log2 on a log axis.
+    fn fx(&self, x: f64) -> f64 {
+        if self.log_x {
+            x.max(1e-9).log2()
+        } else {
+            x
+        }
+    }
+
+    /// The SVG x coordinate of an x value.
+    fn xs(&self, x: f64) -> f64 {
+        self.left + (self.fx(x) - self.xmin) / (self.xmax - self.xmin) * self.pw
+    }
+
+    /// The SVG y coordinate of a y value.
+    fn ys(&self, v: f64) -> f64 {
+        self.top + self.ph - v / self.ymax * self.ph
+    }
+}
+
+/// One series: its points joined by a line, each marked and, when it has one, labelled.
+fn push_series(p: &PlotArea, inner: &mut String, points: &[Point], c: &str) {
+    let line: Vec<String> = points
+        .iter()
+        .map(|pt| format!("{:.1},{:.1}", p.xs(pt.x), p.ys(pt.y)))
+        .collect();
+    let _ = write!(
+        inner,
+        "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.6\" points=\"{}\"/>",
+        line.join(" ")
+    );
+    for pt in points {
+        let _ = write!(
+            inner,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
+            p.xs(pt.x),
+            p.ys(pt.y)
+        );
+        if !pt.label.is_empty() {
             let _ = write!(
                 inner,
-                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.6\" points=\"{}\"/>",
-                line.join(" ")
-            );
-            for p in points {
-                let _ = write!(
-                    inner,
-                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
-                    xs(p.x),
-                    ys(p.y)
-                );
-                if !p.label.is_empty() {
-                    let _ = write!(
-                        inner,
-                        "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                        xs(p.x) + 4.0,
-                        ys(p.y) - 4.0,
-                        esc(&p.label)
-                    );
-                }
-            }
-            let ly = legend_top + i as f64 * 14.0;
-            let _ = write!(
-                inner,
-                "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" \
-                 stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                ly - 4.0,
-                left + 14.0,
-                ly - 4.0,
-                left + 18.0,
-                ly,
-                esc(name)
+                "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                p.xs(pt.x) + 4.0,
+                p.ys(pt.y) - 4.0,
+                esc(&pt.label)
             );
         }
-        figure(&self.id, &self.caption, w, h, &inner)
     }
+}
+
+/// A series' legend line: a stroke in its colour and its name, at height `ly`.
+fn push_legend_entry(p: &PlotArea, inner: &mut String, ly: f64, name: &str, c: &str) {
+    let left = p.left;
+    let _ = write!(
+        inner,
+        "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" \
+         stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+        ly - 4.0,
+        left + 14.0,
+        ly - 4.0,
+        left + 18.0,
+        ly,
+        esc(name)
+    );
 }
 
 /// The numeric value of a swept parameter (`64k` is 65536).

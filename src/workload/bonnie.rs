@@ -392,6 +392,39 @@ pub fn find_csv_line(stdout: &str) -> Option<&str> {
 /// `{test}_ps` (/sec) for seeks and file operations, `{test}_cpu_pct`, `lat_{test}_us`,
 /// `file_size_mib` and `file_count_k` (bonnie++'s `-n`, in units of 1024 files).
 pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
+    let mut out = shape_metrics(run);
+    let tests = tests(run);
+    for (key, label, unit, r) in tests {
+        let suffix = if unit == "K/sec" { "kps" } else { "ps" };
+        out.push(metric(
+            &format!("{key}_{suffix}"),
+            label,
+            unit,
+            Better::Higher,
+            &r.value,
+        ));
+        out.push(metric(
+            &format!("{key}_cpu_pct"),
+            &format!("{label} %CP"),
+            "%",
+            Better::Lower,
+            &r.cpu_pct,
+        ));
+    }
+    for ((key, label, _, _), v) in tests.iter().zip(&run.latency_us) {
+        out.push(metric(
+            &format!("lat_{key}_us"),
+            &format!("{label} Latency"),
+            "µs",
+            Better::Lower,
+            v,
+        ));
+    }
+    out
+}
+
+/// What the run worked on: the file size and the `-n` file count, when bonnie++ reported them.
+fn shape_metrics(run: &BonnieRun) -> Vec<Metric> {
     let mut out = Vec::new();
     if let Some(mib) = run.size_mib {
         out.push(Metric::num(
@@ -416,7 +449,15 @@ pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
             k,
         ));
     }
-    let tests: [(&str, &str, &str, &Rate); 12] = [
+    out
+}
+
+/// One bonnie++ test: key, label, unit and its rate.
+type Test<'a> = (&'static str, &'static str, &'static str, &'a Rate);
+
+/// bonnie++'s tests in [`LATENCY_NAMES`] order, so they pair with `BonnieRun::latency_us`.
+fn tests(run: &BonnieRun) -> [Test<'_>; 12] {
+    [
         (
             "seq_out_char",
             "Seq Output Per Chr",
@@ -454,34 +495,7 @@ pub fn metrics(run: &BonnieRun) -> Vec<Metric> {
         ("random_create", "Random Create", "/sec", &run.random_create),
         ("random_read", "Random Read", "/sec", &run.random_read),
         ("random_delete", "Random Delete", "/sec", &run.random_delete),
-    ];
-    for (key, label, unit, r) in tests {
-        let suffix = if unit == "K/sec" { "kps" } else { "ps" };
-        out.push(metric(
-            &format!("{key}_{suffix}"),
-            label,
-            unit,
-            Better::Higher,
-            &r.value,
-        ));
-        out.push(metric(
-            &format!("{key}_cpu_pct"),
-            &format!("{label} %CP"),
-            "%",
-            Better::Lower,
-            &r.cpu_pct,
-        ));
-    }
-    for ((key, label, _, _), v) in tests.iter().zip(&run.latency_us) {
-        out.push(metric(
-            &format!("lat_{key}_us"),
-            &format!("{label} Latency"),
-            "µs",
-            Better::Lower,
-            v,
-        ));
-    }
-    out
+    ]
 }
 
 /// A metric with any [`Value`].
