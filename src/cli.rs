@@ -224,38 +224,10 @@ pub struct MatrixArgs {
     /// Run only cells matching DIM=VALUE[,DIM=VALUE...] (repeatable).
     #[arg(long)]
     pub include: Vec<String>,
-    /// Directory for local images (the disk you want to measure). [default: the run's work dir]
-    #[arg(long)]
-    pub local_dir: Option<PathBuf>,
-    /// Preallocation of local images: off, metadata, full. [default: off]
-    #[arg(long)]
-    pub prealloc: Option<String>,
-    /// External NFS server nfs://HOST/EXPORT. [default: an embedded nfs-ganesha on 127.0.0.1]
-    #[arg(long)]
-    pub nfs: Option<String>,
-    /// An NFS export already mounted on this host (file disks instead of libnfs).
-    #[arg(long)]
-    pub nfs_mount: Option<PathBuf>,
-    /// External iSCSI LUN iscsi://PORTAL/IQN/LUN. [default: an embedded tgt on 127.0.0.1]
-    #[arg(long)]
-    pub iscsi: Option<String>,
-    /// CHAP credentials for the --iscsi LUN, from a file (never the secret on the command
-    /// line): lines `username=NAME` and `secret=VALUE` (`#` comments allowed), mode 0600 or
-    /// stricter. QEMU gets the secret through a libvirt secret defined for the run.
-    #[arg(long, value_name = "PATH")]
-    pub iscsi_chap_file: Option<PathBuf>,
-    /// LVM volume group for lvm cells.
-    #[arg(long)]
-    pub lvm_vg: Option<String>,
-    /// LVM thin pool (thin volumes instead of thick).
-    #[arg(long)]
-    pub lvm_thin_pool: Option<String>,
-    /// Block device for block cells. Its contents are destroyed.
-    #[arg(long)]
-    pub block_device: Option<PathBuf>,
-    /// Confirm that --block-device may be overwritten.
-    #[arg(long)]
-    pub allow_destroy: bool,
+    /// The storage backends' flags (`--local-dir`, `--nfs`, `--lvm-vg` ...), each defined in
+    /// its backend's file.
+    #[command(flatten)]
+    pub storage: crate::storage::options::StorageArgs,
     /// fio block sizes to sweep over the preset's, e.g. 4k,64k (fio presets only).
     /// [default: the preset's]
     #[arg(long, value_name = "LIST")]
@@ -697,34 +669,7 @@ fn storage_options(
     s: &mut crate::matrix::config::StorageConfig,
     a: &MatrixArgs,
 ) -> Result<(), CliError> {
-    macro_rules! opt {
-        ($field:ident) => {
-            if let Some(v) = a.$field.clone() {
-                s.$field = Some(v);
-            }
-        };
-    }
-    opt!(local_dir);
-    opt!(nfs_mount);
-    // Typed options are parsed here, so a bad value is exit 2 before anything is created.
-    macro_rules! typed {
-        ($field:ident, $flag:literal) => {
-            if let Some(v) = &a.$field {
-                s.$field = Some(
-                    v.parse()
-                        .map_err(|e| CliError::Usage(format!("{}: {e}", $flag)))?,
-                );
-            }
-        };
-    }
-    typed!(prealloc, "--prealloc");
-    typed!(nfs, "--nfs");
-    typed!(iscsi, "--iscsi");
-    opt!(iscsi_chap_file);
-    opt!(lvm_vg);
-    opt!(lvm_thin_pool);
-    opt!(block_device);
-    s.allow_destroy |= a.allow_destroy;
+    a.storage.apply(s).map_err(CliError::Usage)?;
     s.force |= a.force;
     Ok(())
 }

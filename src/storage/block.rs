@@ -4,6 +4,7 @@
 //! partitions is) or one carrying a filesystem/partition-table signature unless `force`.
 
 use super::cmd;
+use super::options::StorageConfig;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
 use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
@@ -373,6 +374,27 @@ impl super::BackendKind for Kind {
 
     fn host_support(&self) -> Result<String, String> {
         Ok("needs --block-device DEV --allow-destroy".into())
+    }
+}
+
+/// The block backend's flags of `vmbench matrix` (flattened into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BlockArgs {
+    /// Block device for block cells. Its contents are destroyed.
+    #[arg(long)]
+    pub block_device: Option<PathBuf>,
+    /// Confirm that --block-device may be overwritten.
+    #[arg(long)]
+    pub allow_destroy: bool,
+}
+
+impl BlockArgs {
+    /// Sets the options given on the command line.
+    pub fn apply(&self, s: &mut StorageConfig) {
+        if let Some(d) = &self.block_device {
+            s.block_device = Some(d.clone());
+        }
+        s.allow_destroy |= self.allow_destroy;
     }
 }
 

@@ -14,6 +14,7 @@
 
 use super::chap::{Chap, RunChap, SecretFile};
 use super::cmd;
+use super::options::StorageConfig;
 use super::tgt::Tgt;
 use super::{
     DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
@@ -702,6 +703,32 @@ fn planned_chap(file: &Path) -> NetAuth {
             .map(|c| c.username().to_string())
             .unwrap_or_else(|_| "USER".into()),
         secret_usage: format!("{}ext-{}", super::chap::USAGE_PREFIX, super::PLANNED_TAG),
+    }
+}
+
+/// The iscsi backend's flags of `vmbench matrix` (flattened into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct IscsiArgs {
+    /// External iSCSI LUN iscsi://PORTAL/IQN/LUN. [default: an embedded tgt on 127.0.0.1]
+    #[arg(long)]
+    pub iscsi: Option<String>,
+    /// CHAP credentials for the --iscsi LUN, from a file (never the secret on the command
+    /// line): lines `username=NAME` and `secret=VALUE` (`#` comments allowed), mode 0600 or
+    /// stricter. QEMU gets the secret through a libvirt secret defined for the run.
+    #[arg(long, value_name = "PATH")]
+    pub iscsi_chap_file: Option<std::path::PathBuf>,
+}
+
+impl IscsiArgs {
+    /// Sets the options given on the command line; a bad value names its flag.
+    pub fn apply(&self, s: &mut StorageConfig) -> Result<(), String> {
+        if let Some(u) = &self.iscsi {
+            s.iscsi = Some(u.parse().map_err(|e| format!("--iscsi: {e}"))?);
+        }
+        if let Some(f) = &self.iscsi_chap_file {
+            s.iscsi_chap_file = Some(f.clone());
+        }
+        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@
 //! disk's params, since an image on tmpfs benchmarks RAM.
 
 use super::cmd;
+use super::options::StorageConfig;
 use super::pool::{pool_prefix, DirPool, PoolError, PoolPlace, VolumePlan};
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
 use crate::cell::{Cell, Format};
@@ -353,6 +354,30 @@ impl super::BackendKind for Kind {
             Ok(()) => Ok("available".into()),
             Err(u) => Err(u.to_string()),
         }
+    }
+}
+
+/// The local backend's flags of `vmbench matrix` (flattened into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LocalArgs {
+    /// Directory for local images (the disk you want to measure). [default: the run's work dir]
+    #[arg(long)]
+    pub local_dir: Option<PathBuf>,
+    /// Preallocation of local images: off, metadata, full. [default: off]
+    #[arg(long)]
+    pub prealloc: Option<String>,
+}
+
+impl LocalArgs {
+    /// Sets the options given on the command line; a bad value names its flag.
+    pub fn apply(&self, s: &mut StorageConfig) -> Result<(), String> {
+        if let Some(d) = &self.local_dir {
+            s.local_dir = Some(d.clone());
+        }
+        if let Some(p) = &self.prealloc {
+            s.prealloc = Some(p.parse().map_err(|e| format!("--prealloc: {e}"))?);
+        }
+        Ok(())
     }
 }
 

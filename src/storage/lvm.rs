@@ -7,6 +7,7 @@
 //! device-mapper, which LVM needs to activate anything and which some hosts (this CI) lack.
 
 use super::cmd;
+use super::options::StorageConfig;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
 use crate::cell::{Cell, Format};
 use std::collections::BTreeMap;
@@ -340,6 +341,29 @@ impl super::BackendKind for Kind {
         host_check()
             .map(|()| "device-mapper and lvm2 present; needs --lvm-vg".into())
             .map_err(|u| u.to_string())
+    }
+}
+
+/// The lvm backend's flags of `vmbench matrix` (flattened into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LvmArgs {
+    /// LVM volume group for lvm cells.
+    #[arg(long)]
+    pub lvm_vg: Option<String>,
+    /// LVM thin pool (thin volumes instead of thick).
+    #[arg(long)]
+    pub lvm_thin_pool: Option<String>,
+}
+
+impl LvmArgs {
+    /// Sets the options given on the command line.
+    pub fn apply(&self, s: &mut StorageConfig) {
+        if let Some(vg) = &self.lvm_vg {
+            s.lvm_vg = Some(vg.clone());
+        }
+        if let Some(p) = &self.lvm_thin_pool {
+            s.lvm_thin_pool = Some(p.clone());
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 
 use super::cmd;
 use super::ganesha::{self, Ganesha};
+use super::options::StorageConfig;
 use super::{
     DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
 };
@@ -601,6 +602,30 @@ impl super::BackendKind for Kind {
             <Ganesha as super::servers::EmbeddedServer>::BINARY,
             "rpcbind",
         ]
+    }
+}
+
+/// The nfs backend's flags of `vmbench matrix` (flattened into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NfsArgs {
+    /// External NFS server nfs://HOST/EXPORT. [default: an embedded nfs-ganesha on 127.0.0.1]
+    #[arg(long)]
+    pub nfs: Option<String>,
+    /// An NFS export already mounted on this host (file disks instead of libnfs).
+    #[arg(long)]
+    pub nfs_mount: Option<PathBuf>,
+}
+
+impl NfsArgs {
+    /// Sets the options given on the command line; a bad value names its flag.
+    pub fn apply(&self, s: &mut StorageConfig) -> Result<(), String> {
+        if let Some(m) = &self.nfs_mount {
+            s.nfs_mount = Some(m.clone());
+        }
+        if let Some(u) = &self.nfs {
+            s.nfs = Some(u.parse().map_err(|e| format!("--nfs: {e}"))?);
+        }
+        Ok(())
     }
 }
 

@@ -65,6 +65,35 @@ impl StorageConfig {
     }
 }
 
+/// Every backend's flags of `vmbench matrix`, each defined in its backend's file and flattened
+/// here in the order `--help` lists them.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct StorageArgs {
+    #[command(flatten)]
+    local: super::local::LocalArgs,
+    #[command(flatten)]
+    nfs: super::nfs::NfsArgs,
+    #[command(flatten)]
+    iscsi: super::iscsi::IscsiArgs,
+    #[command(flatten)]
+    lvm: super::lvm::LvmArgs,
+    #[command(flatten)]
+    block: super::block::BlockArgs,
+}
+
+impl StorageArgs {
+    /// Sets the options given on the command line over `s` (a config file's or a preset's);
+    /// typed values are parsed here, so a bad one is an error before anything is created.
+    pub fn apply(&self, s: &mut StorageConfig) -> Result<(), String> {
+        self.local.apply(s)?;
+        self.nfs.apply(s)?;
+        self.iscsi.apply(s)?;
+        self.lvm.apply(s);
+        self.block.apply(s);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
