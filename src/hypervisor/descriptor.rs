@@ -5,7 +5,7 @@
 //! `src/hypervisor/` matches on a [`Hypervisor`] variant.
 //!
 //! Adding a hypervisor: a variant in `cell.rs`'s `Hypervisor` and its [`Descriptor`] in
-//! [`Hypervisor::desc`] (see docs/adding-a-hypervisor.md).
+//! [`Hypervisor::desc`] (see docs/architecture.md#adding-a-hypervisor).
 
 use super::domain_xml::XEN_AGENT_PORT;
 use super::xen::{self, Skip};

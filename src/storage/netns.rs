@@ -74,7 +74,7 @@ impl NetNs {
         // A qdisc this kernel lacks (netem, on some) is the host's limit, not a failed cell.
         cmd::run_plan(&ns.shaping_plan()).map_err(|e| {
             StorageError::Unsupported(super::Unsupported::NoShaping {
-                link: link.clone(),
+                link,
                 detail: e.to_string(),
             })
         })?;
