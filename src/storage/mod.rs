@@ -31,6 +31,8 @@ pub mod servers;
 pub mod testutil;
 pub mod tgt;
 pub mod tgt_ipc;
+#[cfg(test)]
+pub mod toy;
 
 pub use kind::{descriptor, descriptors, BackendKind, OptionError, RemoteBlocker};
 
