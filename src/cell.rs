@@ -6,19 +6,40 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Declares a dimension enum with its CLI spellings, `Display`, `FromStr` and `ALL`.
+///
+/// A variant's attributes are its own (docs, `#[default]`), except `#[cfg(...)]`: a variant
+/// compiled only under a cfg (`#[cfg(test)] Toy => "toy"`) carries it to every place it
+/// appears: the variant, its `ALL` entry and its `as_str` arm. Parsing and the valid spellings
+/// are read from `ALL`, so they follow.
 macro_rules! dimension {
-    ($(#[$m:meta])* $name:ident, $what:literal { $($(#[$vm:meta])* $var:ident => $s:literal),+ $(,)? }) => {
+    // A variant's cfg: kept apart, it goes wherever the variant appears.
+    (@munch $head:tt [$($done:tt)*] [$($cfg:tt)*] [$($attr:tt)*]
+        #[cfg $c:tt] $($rest:tt)*) => {
+        dimension!(@munch $head [$($done)*] [$($cfg)* #[cfg $c]] [$($attr)*] $($rest)*);
+    };
+    // Any other attribute is the variant's own.
+    (@munch $head:tt [$($done:tt)*] [$($cfg:tt)*] [$($attr:tt)*]
+        #[$($a:tt)*] $($rest:tt)*) => {
+        dimension!(@munch $head [$($done)*] [$($cfg)*] [$($attr)* #[$($a)*]] $($rest)*);
+    };
+    (@munch $head:tt [$($done:tt)*] [$($cfg:tt)*] [$($attr:tt)*]
+        $var:ident => $s:literal $(, $($rest:tt)*)?) => {
+        dimension!(@munch $head [$($done)* ([$($cfg)*] [$($attr)*] $var $s)] [] []
+            $($($rest)*)?);
+    };
+    (@munch [$(#[$m:meta])* $name:ident, $what:literal]
+        [$(([$($cfg:tt)*] [$($attr:tt)*] $var:ident $s:literal))+] [] []) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
-        pub enum $name { $($(#[$vm])* $var),+ }
+        pub enum $name { $($($attr)* $($cfg)* $var),+ }
 
         impl $name {
             /// Every value, in display order.
-            pub const ALL: &'static [$name] = &[$($name::$var),+];
+            pub const ALL: &'static [$name] = &[$($($cfg)* $name::$var),+];
             /// The CLI spelling.
             pub fn as_str(self) -> &'static str {
-                match self { $($name::$var => $s),+ }
+                match self { $($($cfg)* $name::$var => $s),+ }
             }
         }
         impl fmt::Display for $name {
@@ -27,14 +48,12 @@ macro_rules! dimension {
         impl std::str::FromStr for $name {
             type Err = UnknownValue;
             fn from_str(s: &str) -> Result<Self, UnknownValue> {
-                match s.trim() {
-                    $($s => Ok($name::$var),)+
-                    other => Err(UnknownValue {
-                        what: $what,
-                        got: other.to_string(),
-                        valid: vec![$($s),+],
-                    }),
-                }
+                let s = s.trim();
+                Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| UnknownValue {
+                    what: $what,
+                    got: s.to_string(),
+                    valid: Self::ALL.iter().map(|v| v.as_str()).collect(),
+                })
             }
         }
         impl TryFrom<String> for $name {
@@ -44,6 +63,9 @@ macro_rules! dimension {
         impl From<$name> for String {
             fn from(v: $name) -> String { v.as_str().to_string() }
         }
+    };
+    ($(#[$m:meta])* $name:ident, $what:literal { $($variants:tt)+ }) => {
+        dimension!(@munch [$(#[$m])* $name, $what] [] [] [] $($variants)+);
     };
 }
 
@@ -86,6 +108,8 @@ dimension!(
         Lvm => "lvm",
         /// A host directory shared with virtio-fs (no disk; the guest mounts the share).
         Hostdir => "hostdir",
+        /// Tests only: a raw file in a scratch directory (`storage/toy.rs`, issue 25's proof).
+        #[cfg(test)] Toy => "toy",
     }
 );
 
@@ -912,6 +936,29 @@ mod tests {
             "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)"
         );
         assert!("".parse::<WorkloadId>().is_err());
+    }
+
+    dimension!(
+        /// A dimension whose variants carry cfgs, for the macro's test.
+        Probe, "probe" {
+            /// Always there.
+            Plain => "plain",
+            /// Never compiled.
+            #[cfg(any())]
+            Never => "never",
+            /// A cfg that holds, after a doc line.
+            #[cfg(all())]
+            Kept => "kept",
+        }
+    );
+
+    /// A variant's cfg reaches its `ALL` entry, its spelling, its parsing and the valid list.
+    #[test]
+    fn a_variants_cfg_applies_wherever_it_appears() {
+        assert_eq!(Probe::ALL, [Probe::Plain, Probe::Kept]);
+        assert_eq!("kept".parse::<Probe>().unwrap().as_str(), "kept");
+        let e = "never".parse::<Probe>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown probe 'never' (valid: plain, kept)");
     }
 
     #[test]

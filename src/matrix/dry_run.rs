@@ -158,3 +158,139 @@ mod sweep_tests {
         );
     }
 }
+
+/// Issue 25's proof by extension: the test-only `toy` backend (`storage/toy.rs`) and `toy`
+/// engine (`workload/toy.rs`) go through the planner and the dry run with nothing here naming
+/// them beyond this test's configuration.
+#[cfg(test)]
+mod toy_tests {
+    use super::*;
+    use crate::cell::{Backend, Layout};
+    use crate::workload::{self, EngineParams};
+    use vmbench_proto::{Filesystem, Step, Volume};
+
+    /// A user's config file selecting the toys next to a real backend and workload.
+    const CONFIG: &str = r#"
+backend = ["toy", "local"]
+format = ["raw"]
+workload = ["toy", "pg-randrw"]
+"#;
+
+    /// The config, checked as `vmbench matrix` checks it.
+    fn config() -> MatrixConfig {
+        let cfg: MatrixConfig = toml::from_str(CONFIG).unwrap();
+        cfg.validate().unwrap();
+        cfg
+    }
+
+    #[test]
+    fn the_planner_takes_the_toy_backend_and_engine() {
+        let cfg = config();
+        let plan = expand(&cfg);
+        assert!(plan.skipped.is_empty(), "{:?}", plan.skipped);
+        let ids: Vec<String> = plan.cells.iter().map(Cell::id).collect();
+        // The toy engine writes a file: its cells get ext4 where raw was asked.
+        assert_eq!(
+            ids,
+            [
+                "qemu-toy-raw-virtio-blk-none-native-ext4-toy",
+                "qemu-toy-raw-virtio-blk-none-native-raw-pg-randrw",
+                "qemu-local-raw-virtio-blk-none-native-ext4-toy",
+                "qemu-local-raw-virtio-blk-none-native-raw-pg-randrw",
+            ]
+        );
+        let toy = &plan.cells[0];
+        let dims: std::collections::BTreeMap<_, _> = toy.dimensions().into_iter().collect();
+        assert_eq!(
+            (
+                dims["backend"].as_str(),
+                dims["workload"].as_str(),
+                dims["layout"].as_str(),
+                dims["link"].as_str()
+            ),
+            ("toy", "toy", "ext4", "loopback")
+        );
+        assert!(crate::matrix::rule_matches(
+            &crate::matrix::parse_rule("backend=toy,workload=toy").unwrap(),
+            toy
+        ));
+    }
+
+    #[test]
+    fn the_dry_run_shows_the_toy_backends_disk() {
+        let cfg = config();
+        let plan = expand(&cfg);
+        let out = render(&cfg);
+        assert!(
+            out.starts_with("4 cell(s) x 1 repeat(s) = 4 run(s)"),
+            "{out}"
+        );
+        for (i, c) in plan.cells.iter().enumerate() {
+            let head = format!("== cell {}: {} ({})", i + 1, c.label(), c.id());
+            assert!(out.contains(&head), "{head}\n{out}");
+        }
+        // The toy backend's disk: a file in the run's scratch directory, no pool, no server.
+        for c in plan.cells.iter().filter(|c| c.backend == Backend::Toy) {
+            let file = format!("/RUN_DIR/work/toy/vmbench-TAG-{}.raw", c.id());
+            assert!(
+                out.contains(&format!("<source file=\"{file}\"/>")),
+                "{file}\n{out}"
+            );
+        }
+        assert_eq!(out.matches("/RUN_DIR/work/toy/").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn the_toy_engine_plans_its_steps_as_the_pipeline_asks() {
+        let cfg = config();
+        let toy = &expand(&cfg).cells[0];
+        // The toy engine's steps, as the cell pipeline asks for them (the dry run prints the
+        // domain, not the guest's steps): the layout's mkfs, then its own measured fio job.
+        assert_eq!(toy.layout, Layout::Ext4);
+        let mkfs = workload::layout_step(toy);
+        assert_eq!(
+            mkfs,
+            Some(Step::Mkfs {
+                fs: Filesystem::Ext4,
+                volume: Volume::Whole
+            })
+        );
+        let engine = workload::engine(&toy.workload).unwrap();
+        assert_eq!(engine.name(), "toy");
+        let params = EngineParams {
+            runtime: cfg.runtime,
+            ramp: cfg.ramp,
+            size: &cfg.size,
+            size_bytes: crate::matrix::config::parse_size(&cfg.size).unwrap(),
+            prefill: cfg.prefill,
+            memory_mib: cfg.memory_mib,
+            bonnie_files: cfg.bonnie_files,
+            disk_mib: cfg.disk_mib,
+            target: workload::io_target(mkfs.is_some()),
+            overrides: &toy.fio,
+            time_series: cfg.time_series,
+            live_status: cfg.live_status,
+        };
+        let steps = engine.plan(&params).unwrap();
+        assert!(steps.prep.is_empty());
+        let [Step::DropCaches, Step::Fio {
+            job_text,
+            output_name,
+            ..
+        }] = &steps.measure[..]
+        else {
+            panic!("{:?}", steps.measure)
+        };
+        assert_eq!(output_name, "toy.json");
+        assert!(
+            job_text.contains("[toy-write]\nrw=write")
+                && job_text.contains("[toy-read]\nstonewall\nrw=read")
+                && job_text.contains("filename={dir}/vmbench.fio"),
+            "{job_text}"
+        );
+        assert_eq!(steps.job_files, [("toy.fio", job_text.clone())]);
+        assert_eq!(steps.window, (0, 1));
+        let names: Vec<&str> = steps.measure.iter().map(workload::step_name).collect();
+        assert_eq!(names, ["drop caches", "fio"]);
+    }
+}

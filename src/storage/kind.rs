@@ -127,6 +127,8 @@ pub fn descriptor(backend: Backend) -> &'static dyn BackendKind {
         Backend::Iscsi => &super::iscsi::KIND,
         Backend::Lvm => &super::lvm::KIND,
         Backend::Hostdir => &super::hostdir::KIND,
+        #[cfg(test)]
+        Backend::Toy => &super::toy::KIND,
     }
 }
 

@@ -31,6 +31,8 @@ pub mod servers;
 pub mod testutil;
 pub mod tgt;
 pub mod tgt_ipc;
+#[cfg(test)]
+pub mod toy;
 
 pub use kind::{descriptor, descriptors, BackendKind, OptionError, RemoteBlocker};
 
@@ -121,6 +123,16 @@ pub enum Unsupported {
     NoFirewall {
         /// What nft said.
         detail: String,
+    },
+    /// The backend makes disks of one image format only.
+    #[error("the {backend} backend makes {only} files only, not {asked}")]
+    FormatRefused {
+        /// The backend's name.
+        backend: &'static str,
+        /// The format it makes.
+        only: Format,
+        /// The cell's.
+        asked: Format,
     },
     /// The link's qdisc is missing from this kernel (netem, on some).
     #[error("cannot shape link {link}: {detail}")]

@@ -181,7 +181,12 @@ impl std::fmt::Debug for Descriptor {
 }
 
 /// Every engine this build runs.
-pub static ENGINES: &[&Descriptor] = &[&fio::ENGINE, &bonnie::ENGINE];
+pub static ENGINES: &[&Descriptor] = &[
+    &fio::ENGINE,
+    &bonnie::ENGINE,
+    #[cfg(test)]
+    &super::toy::ENGINE,
+];
 
 /// Why an engine could not plan or parse.
 #[derive(Debug, thiserror::Error)]

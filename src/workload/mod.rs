@@ -8,6 +8,8 @@ pub mod baseline;
 pub mod bonnie;
 pub mod engine;
 pub mod fio;
+#[cfg(test)]
+pub mod toy;
 
 use crate::cell::{UnknownValue, WorkloadId};
 pub use bonnie::Bonnie;
@@ -122,6 +124,12 @@ pub static PRESETS: &[Preset] = &[
         name: "bonnie",
         about: "bonnie++ full run on a filesystem (file size twice the guest RAM)",
         engine: &BONNIE,
+    },
+    #[cfg(test)]
+    Preset {
+        name: "toy",
+        about: "tests only: a sequential write then read of the test area as a file",
+        engine: &toy::Toy,
     },
 ];
 
@@ -450,6 +458,9 @@ mod descriptor_tests {
         assert!(shows_progress("Writing intelligently...done"));
     }
 
+    /// The lists are this build's engines' in [`ENGINES`] order: fio's and bonnie++'s are the
+    /// ones compare, repeat and the reports kept; in tests the toy engine (`toy.rs`) is last,
+    /// and its keys join the lists with no other change.
     #[test]
     fn the_lists_are_the_ones_compare_repeat_and_report_kept() {
         assert_eq!(
@@ -470,6 +481,8 @@ mod descriptor_tests {
                 "seq_in_block_kps",
                 "seq_out_rewrite_kps",
                 "random_seeks_ps",
+                "toy_write_mib_s",
+                "toy_read_mib_s",
             ]
         );
         let stable: Vec<_> = stability_metrics().collect();
@@ -479,15 +492,18 @@ mod descriptor_tests {
                 "read_iops",
                 "write_iops",
                 "seq_out_block_kps",
-                "seq_in_block_kps"
+                "seq_in_block_kps",
+                "toy_write_mib_s",
+                "toy_read_mib_s",
             ]
         );
         let verdict: Vec<&str> = ENGINES
             .iter()
             .flat_map(|e| e.verdict_keys.iter().copied())
             .collect();
-        assert_eq!(verdict.len(), 11);
+        assert_eq!(verdict.len(), 11 + 2);
         assert!(is_verdict_key("read_bw_mib_s") && is_verdict_key("random_seeks_ps"));
+        assert!(is_verdict_key("toy_read_mib_s"));
         assert!(!is_verdict_key("seq_out_rewrite_kps") && !is_verdict_key("host_qemu_cpu_pct"));
         let fam = |w: &str| {
             let w: WorkloadId = w.parse().unwrap();
@@ -496,6 +512,7 @@ mod descriptor_tests {
         assert_eq!(fam("seq-read-1m")[0], "read_bw_mib_s");
         assert_eq!(fam("file:/j.fio")[0], "read_iops");
         assert_eq!(fam("bonnie").len(), 3);
+        assert_eq!(fam("toy"), ["toy_write_mib_s", "toy_read_mib_s"]);
     }
 
     #[test]
@@ -523,10 +540,12 @@ mod descriptor_tests {
         let tools = tool_versions(&hello);
         assert_eq!(tools["fio"], "fio-3.33");
         assert_eq!(tools["bonnie"], "");
+        // In tests, the toy engine (last in ENGINES) runs its job with the guest's fio.
+        assert_eq!(tools["toy"], "fio-3.33");
         let mut other = tools.clone();
         other.insert("dd".into(), "9.4".into());
-        assert_eq!(tool_keys([&tools, &other]), ["fio", "bonnie", "dd"]);
-        assert_eq!(tool_keys([]), ["fio", "bonnie"]);
+        assert_eq!(tool_keys([&tools, &other]), ["fio", "bonnie", "toy", "dd"]);
+        assert_eq!(tool_keys([]), ["fio", "bonnie", "toy"]);
         assert_eq!(tool_name("bonnie"), "bonnie++");
         assert_eq!(tool_name("dd"), "dd");
     }
