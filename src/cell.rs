@@ -357,14 +357,14 @@ pub enum WorkloadId {
     /// A built-in preset, by name (the workload module's preset table).
     Preset(String),
     /// `file:PATH`: a user fio job file.
-    FioFile(std::path::PathBuf),
+    JobFile(std::path::PathBuf),
 }
 
 impl fmt::Display for WorkloadId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WorkloadId::Preset(n) => f.write_str(n),
-            WorkloadId::FioFile(p) => write!(f, "file:{}", p.display()),
+            WorkloadId::JobFile(p) => write!(f, "file:{}", p.display()),
         }
     }
 }
@@ -377,7 +377,7 @@ impl std::str::FromStr for WorkloadId {
     fn from_str(s: &str) -> Result<Self, UnknownValue> {
         let s = s.trim();
         if let Some(path) = s.strip_prefix("file:") {
-            return Ok(WorkloadId::FioFile(path.into()));
+            return Ok(WorkloadId::JobFile(path.into()));
         }
         if s.is_empty() {
             return Err(UnknownValue {
@@ -425,8 +425,12 @@ pub struct Cell {
     pub workload: WorkloadId,
     /// fio parameters swept over the preset's own (`--bs`, `--iodepth` ...); empty = the
     /// preset's values. Absent in records older than the sweeps.
-    #[serde(default, skip_serializing_if = "FioOverrides::is_empty")]
-    pub fio: FioOverrides,
+    #[serde(
+        default,
+        rename = "fio",
+        skip_serializing_if = "JobOverrides::is_empty"
+    )]
+    pub job: JobOverrides,
     /// QEMU disk tuning (`--iothread`, `--queues`, `--pin`); default = none of it. Absent in
     /// records older than the tuning dimensions.
     #[serde(default, skip_serializing_if = "DiskTuning::is_default")]
@@ -524,7 +528,7 @@ impl Default for Cell {
             io: IoMode::Native,
             layout: Layout::Raw,
             workload: WorkloadId::Preset("pg-randrw".into()),
-            fio: FioOverrides::default(),
+            job: JobOverrides::default(),
             tuning: DiskTuning::default(),
             host: HostName::default(),
             link: Link::default(),
@@ -553,7 +557,7 @@ impl Cell {
         if self.link.is_shaped() {
             parts.push(self.link.slug());
         }
-        let mut id = parts.join("-") + &self.fio.slug() + &self.tuning.slug();
+        let mut id = parts.join("-") + &self.job.slug() + &self.tuning.slug();
         if !self.host.is_default() {
             id.push_str(&format!("-on-{}", self.host));
         }
@@ -602,15 +606,15 @@ impl Cell {
             ("workload", self.workload.to_string()),
             (
                 "bs",
-                self.fio
+                self.job
                     .bs
                     .as_ref()
                     .map(|b| b.to_string())
                     .unwrap_or_default(),
             ),
-            ("iodepth", opt_string(self.fio.iodepth)),
-            ("numjobs", opt_string(self.fio.numjobs)),
-            ("rwmix", opt_string(self.fio.rwmix)),
+            ("iodepth", opt_string(self.job.iodepth)),
+            ("numjobs", opt_string(self.job.numjobs)),
+            ("rwmix", opt_string(self.job.rwmix)),
             ("iothread", self.tuning.iothread.to_string()),
             ("queues", opt_string(self.tuning.queues)),
             ("pin", self.tuning.pin.to_string()),
@@ -653,7 +657,7 @@ fn opt_string<T: ToString>(v: Option<T>) -> String {
 fn workload_slug(w: &WorkloadId) -> String {
     match w {
         WorkloadId::Preset(n) => n.clone(),
-        WorkloadId::FioFile(p) => {
+        WorkloadId::JobFile(p) => {
             let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("job");
             let safe: String = stem
                 .chars()
@@ -751,10 +755,10 @@ impl From<BlockSize> for String {
 
 /// fio parameters a sweep (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) sets over a fio
 /// preset's own values; `None` keeps the preset's. The job text is rewritten by
-/// `workload::fio` (`FioOverrides::apply`); job files and bonnie++ refuse them.
+/// `workload::fio` (`JobOverrides::apply`); job files and bonnie++ refuse them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(default)]
-pub struct FioOverrides {
+pub struct JobOverrides {
     /// Block size.
     pub bs: Option<BlockSize>,
     /// Queue depth per job.
@@ -765,10 +769,10 @@ pub struct FioOverrides {
     pub rwmix: Option<u8>,
 }
 
-impl FioOverrides {
+impl JobOverrides {
     /// Nothing set: the preset runs as written.
     pub fn is_empty(&self) -> bool {
-        self == &FioOverrides::default()
+        self == &JobOverrides::default()
     }
 
     /// The set keys as fio spells them, in cell-id order.
@@ -972,7 +976,7 @@ mod tests {
     fn cell_id_is_name_safe() {
         let c = Cell {
             io: IoMode::IoUring,
-            workload: WorkloadId::FioFile("/x/my job<1>.fio".into()),
+            workload: WorkloadId::JobFile("/x/my job<1>.fio".into()),
             ..Cell::default()
         };
         let id = c.id();
@@ -1037,7 +1041,7 @@ mod sweep_tests {
     #[test]
     fn set_sweeps_enter_the_id_dimensions_and_json() {
         let c = Cell {
-            fio: FioOverrides {
+            job: JobOverrides {
                 bs: Some("64K".parse().unwrap()),
                 numjobs: Some(2),
                 ..Default::default()

@@ -16,30 +16,6 @@ const MAX_FN_LINES: usize = 80;
 /// shrinks as the seams close).
 const ENGINE_NAMES_KEPT: &[(&str, &str, &str)] = &[
     (
-        "src/cell.rs",
-        "FioOverrides",
-        "the sweep dimensions' type; stored cells spell the field `fio`",
-    ),
-    ("src/cell.rs", "fio", "the sweep field of `Cell`, as stored"),
-    (
-        "src/cell.rs",
-        "FioFile",
-        "`file:PATH` workloads are fio job files",
-    ),
-    (
-        "src/matrix/mod.rs",
-        "FioOverrides",
-        "the planner fills the sweep dimensions",
-    ),
-    ("src/matrix/mod.rs", "fio", "the sweep field of `Cell`"),
-    (
-        "src/matrix/probe.rs",
-        "fio",
-        "the probe cell's (empty) sweep field",
-    ),
-    ("src/matrix/dry_run.rs", "fio", "the sweep field of `Cell`"),
-    ("src/matrix/cell_run.rs", "fio", "the sweep field of `Cell`"),
-    (
         "src/matrix/cell_run.rs",
         "bonnie_files",
         "an engine option passed through EngineParams",
@@ -47,7 +23,7 @@ const ENGINE_NAMES_KEPT: &[(&str, &str, &str)] = &[
     (
         "src/matrix/config.rs",
         "bonnie_files",
-        "an engine option of the matrix config",
+        "an engine option of the matrix config (saved configs spell it)",
     ),
     (
         "src/cli.rs",

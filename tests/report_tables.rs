@@ -350,7 +350,7 @@ fn run_record() -> RunRecord {
         })
         .collect();
     cells[0].samples = fio::samples_from_logs(&files);
-    let evil = WorkloadId::FioFile("/jobs/<script>alert(1)</script>.fio".into());
+    let evil = WorkloadId::JobFile("/jobs/<script>alert(1)</script>.fio".into());
     let mut hostile = result(
         cell(Backend::Local, Format::Raw, evil),
         0,

@@ -527,7 +527,7 @@ impl WorkPlan {
             bonnie_files: cfg.bonnie_files,
             disk_mib: cfg.disk_mib,
             target,
-            overrides: &cell.fio,
+            overrides: &cell.job,
             time_series: cfg.time_series,
             live_status: cfg.live_status,
         };
@@ -628,7 +628,7 @@ fn domain_spec(
 /// CPUs chosen for pinning (they depend on the host, not only on the cell).
 fn sweep_params(cell: &Cell, spec: &DomainSpec) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = cell
-        .fio
+        .job
         .pairs()
         .into_iter()
         .map(|(k, val)| (format!("fio_{k}"), val))

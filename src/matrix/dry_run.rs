@@ -29,9 +29,9 @@ pub fn render(cfg: &MatrixConfig) -> String {
     }
     for (i, cell) in plan.cells.iter().enumerate() {
         let _ = writeln!(s, "\n== cell {}: {} ({})", i + 1, cell.label(), cell.id());
-        if !cell.fio.is_empty() {
+        if !cell.job.is_empty() {
             let set: Vec<String> = cell
-                .fio
+                .job
                 .pairs()
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
@@ -267,7 +267,7 @@ workload = ["toy", "pg-randrw"]
             bonnie_files: cfg.bonnie_files,
             disk_mib: cfg.disk_mib,
             target: workload::io_target(mkfs.is_some()),
-            overrides: &toy.fio,
+            overrides: &toy.job,
             time_series: cfg.time_series,
             live_status: cfg.live_status,
         };

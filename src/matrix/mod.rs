@@ -76,7 +76,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             io,
                                             layout: layout_for(workload, layout),
                                             workload: workload.clone(),
-                                            fio: Default::default(),
+                                            job: Default::default(),
                                             tuning: Default::default(),
                                             host: Default::default(),
                                             link: Default::default(),
@@ -109,7 +109,7 @@ fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
         for iodepth in or_none(&cfg.iodepth) {
             for numjobs in or_none(&cfg.numjobs) {
                 for rwmix in or_none(&cfg.rwmix) {
-                    let fio = crate::cell::FioOverrides {
+                    let job = crate::cell::JobOverrides {
                         bs: bs.clone(),
                         iodepth,
                         numjobs,
@@ -117,7 +117,7 @@ fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
                     };
                     for tuning in cfg.tunings() {
                         out.push(Cell {
-                            fio: fio.clone(),
+                            job: job.clone(),
                             tuning,
                             ..base.clone()
                         });

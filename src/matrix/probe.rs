@@ -88,7 +88,7 @@ pub async fn boot_probe(
         io: IoMode::Threads,
         layout: Layout::Raw,
         workload: WorkloadId::Preset("probe".into()),
-        fio: Default::default(),
+        job: Default::default(),
         tuning: Default::default(),
         host: Default::default(),
         link: Default::default(),

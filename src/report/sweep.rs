@@ -444,7 +444,7 @@ mod tests {
     fn as_iodepth_sweep(mut run: RunRecord) -> RunRecord {
         use crate::cell::Format;
         for r in &mut run.cells {
-            r.cell.fio.iodepth = Some(if r.cell.format == Format::Raw { 4 } else { 16 });
+            r.cell.job.iodepth = Some(if r.cell.format == Format::Raw { 4 } else { 16 });
             r.cell.format = Format::Raw;
             r.cell_id = r.cell.id();
         }
@@ -469,7 +469,7 @@ mod tests {
         for p in pts {
             let g = groups
                 .iter()
-                .find(|g| g.repeats[0].cell.fio.iodepth == Some(p.x as u32))
+                .find(|g| g.repeats[0].cell.job.iodepth == Some(p.x as u32))
                 .unwrap();
             let want = mean(g, "read_iops").unwrap() + mean(g, "write_iops").unwrap();
             assert!(

@@ -38,7 +38,7 @@ pub struct EngineParams<'a> {
     /// mounted test filesystem.
     pub target: &'a str,
     /// The cell's fio sweep values over a preset's own (empty: the preset as written).
-    pub overrides: &'a fio::FioOverrides,
+    pub overrides: &'a fio::JobOverrides,
     /// Per-second logs of the measured job (the report's time series).
     pub time_series: bool,
     /// The engine's once-a-second status line, for the live display.
@@ -290,7 +290,7 @@ mod tests {
     use fio::{Fio, FioJob, LOG_PREFIX};
     use vmbench_proto::TEST_MOUNTPOINT;
 
-    static NO_OVERRIDES: fio::FioOverrides = fio::FioOverrides {
+    static NO_OVERRIDES: fio::JobOverrides = fio::JobOverrides {
         bs: None,
         iodepth: None,
         numjobs: None,
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn sweep_overrides_reach_every_preset_job_and_are_refused_elsewhere() {
-        let o = fio::FioOverrides {
+        let o = fio::JobOverrides {
             bs: Some("64k".parse().unwrap()),
             iodepth: Some(4),
             ..Default::default()

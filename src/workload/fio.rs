@@ -1122,10 +1122,10 @@ mod tests {
     }
 }
 
-pub use crate::cell::FioOverrides;
+pub use crate::cell::JobOverrides;
 
 /// The job-text half of the sweep overrides (the cell half, id and slug, is in `cell.rs`).
-impl FioOverrides {
+impl JobOverrides {
     /// The job text with every set key's lines replaced; a key the job does not have is added
     /// to `[global]` (so it applies to every job section).
     pub fn apply(&self, job: &str) -> String {
@@ -1173,7 +1173,7 @@ mod override_tests {
 
     #[test]
     fn no_override_keeps_id_and_job() {
-        let o = FioOverrides::default();
+        let o = JobOverrides::default();
         assert_eq!(o.slug(), "");
         let job = "[global]\nbs=8k\n[a]\nrw=randrw\n";
         assert_eq!(o.apply(job), job);
@@ -1181,7 +1181,7 @@ mod override_tests {
 
     #[test]
     fn overrides_replace_and_add() {
-        let o = FioOverrides {
+        let o = JobOverrides {
             bs: Some("4K".parse().unwrap()),
             iodepth: Some(32),
             numjobs: None,

@@ -201,7 +201,7 @@ pub fn check(w: &WorkloadId) -> Result<(), UnknownValue> {
 /// allows, and accepted by the engine itself; a preset has nothing to check. The error names
 /// the file.
 pub fn check_job_file(w: &WorkloadId) -> Result<(), String> {
-    let WorkloadId::FioFile(p) = w else {
+    let WorkloadId::JobFile(p) = w else {
         return Ok(());
     };
     let named = |e: &dyn std::fmt::Display| format!("workload file:{}: {e}", p.display());
@@ -224,7 +224,7 @@ pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
         WorkloadId::Preset(name) => preset(name)
             .map(|p| EngineHandle::Preset(p.engine))
             .ok_or_else(|| EngineError::UnknownPreset(name.clone())),
-        WorkloadId::FioFile(path) => Ok(EngineHandle::Owned(Box::new(Fio {
+        WorkloadId::JobFile(path) => Ok(EngineHandle::Owned(Box::new(Fio {
             job: FioJob::File(path.clone()),
         }))),
     }
@@ -244,7 +244,7 @@ impl std::fmt::Display for SweepsRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let w = &self.workload;
         let what = match w {
-            WorkloadId::FioFile(_) => "a fio job file, whose author owns those values",
+            WorkloadId::JobFile(_) => "a fio job file, whose author owns those values",
             WorkloadId::Preset(_) => "not a fio job (bonnie++ has no such parameters)",
         };
         write!(
@@ -282,7 +282,7 @@ const JOB_FILE_ENGINE: &Descriptor = &fio::ENGINE;
 pub fn descriptor(w: &WorkloadId) -> &'static Descriptor {
     match w {
         WorkloadId::Preset(name) => preset(name).map_or(JOB_FILE_ENGINE, |p| p.engine.descriptor()),
-        WorkloadId::FioFile(_) => JOB_FILE_ENGINE,
+        WorkloadId::JobFile(_) => JOB_FILE_ENGINE,
     }
 }
 
