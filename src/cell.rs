@@ -444,72 +444,97 @@ pub struct Cell {
     /// loopback is left out of the JSON, so stored cells read as before).
     #[serde(default, skip_serializing_if = "Link::is_loopback")]
     pub link: Link,
+    /// The QEMU build that runs it (`--emulator NAME=PATH`); cells stored before the dimension
+    /// load as the default (libvirt's own binary), which is left out of the JSON.
+    #[serde(default, skip_serializing_if = "EmulatorName::is_default")]
+    pub emulator: EmulatorName,
 }
 
-/// The name of a libvirt host (`--host NAME=URI`): lowercase letters, digits and '-', so it can
-/// enter cell ids, file names and metric labels. The default host is `local`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct HostName(String);
+/// A short user-given name that enters cell ids, file names and metric labels: lowercase
+/// letters, digits and '-', starting with a letter. `$default` is the value a run uses when the
+/// user names none; it stays out of ids and labels, so stored cells read as before.
+macro_rules! short_name {
+    ($(#[$m:meta])* $name:ident, $what:literal, $default:literal) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
 
-impl HostName {
-    /// The host a run uses when no `--host` is given.
-    pub const DEFAULT: &'static str = "local";
+        impl $name {
+            /// The value a run uses when none is named.
+            pub const DEFAULT: &'static str = $default;
 
-    /// True for the default host, which stays out of cell ids and labels (old ids keep
-    /// matching).
-    pub fn is_default(&self) -> bool {
-        self.0 == Self::DEFAULT
-    }
+            /// True for the default, which stays out of cell ids and labels (old ids keep
+            /// matching).
+            pub fn is_default(&self) -> bool {
+                self.0 == Self::DEFAULT
+            }
 
-    /// The name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Default for HostName {
-    fn default() -> Self {
-        HostName(Self::DEFAULT.into())
-    }
-}
-
-impl fmt::Display for HostName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::str::FromStr for HostName {
-    type Err = UnknownValue;
-    fn from_str(s: &str) -> Result<Self, UnknownValue> {
-        let ok = !s.is_empty()
-            && s.len() <= 32
-            && s.starts_with(|c: char| c.is_ascii_lowercase())
-            && s.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if ok {
-            Ok(HostName(s.to_string()))
-        } else {
-            Err(UnknownValue {
-                what: "host name",
-                got: s.to_string(),
-                valid: vec!["1-32 of a-z, 0-9 and '-', starting with a letter"],
-            })
+            /// The name.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
         }
-    }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name(Self::DEFAULT.into())
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, UnknownValue> {
+                let ok = !s.is_empty()
+                    && s.len() <= 32
+                    && s.starts_with(|c: char| c.is_ascii_lowercase())
+                    && s.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+                if ok {
+                    Ok($name(s.to_string()))
+                } else {
+                    Err(UnknownValue {
+                        what: $what,
+                        got: s.to_string(),
+                        valid: vec!["1-32 of a-z, 0-9 and '-', starting with a letter"],
+                    })
+                }
+            }
+        }
+        impl TryFrom<String> for $name {
+            type Error = UnknownValue;
+            fn try_from(s: String) -> Result<Self, UnknownValue> {
+                s.parse()
+            }
+        }
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0
+            }
+        }
+    };
 }
-impl TryFrom<String> for HostName {
-    type Error = UnknownValue;
-    fn try_from(s: String) -> Result<Self, UnknownValue> {
-        s.parse()
-    }
-}
-impl From<HostName> for String {
-    fn from(v: HostName) -> String {
-        v.0
-    }
-}
+
+short_name!(
+    /// The name of a libvirt host (`--host NAME=URI`). The default host is `local`.
+    HostName,
+    "host name",
+    "local"
+);
+
+short_name!(
+    /// The name of a QEMU build (`--emulator NAME=PATH`, libvirt's `<emulator>`): the system
+    /// under test of an in-run A/B. The default, `default`, is the binary libvirt picks itself.
+    EmulatorName,
+    "emulator name",
+    "default"
+);
 
 /// The first value of each dimension's default list (`vmbench matrix` with no options, on the
 /// local backend): a QEMU/TCG cell, local qcow2 on virtio-blk, cache none, io native, the raw
@@ -532,6 +557,7 @@ impl Default for Cell {
             tuning: DiskTuning::default(),
             host: HostName::default(),
             link: Link::default(),
+            emulator: EmulatorName::default(),
         }
     }
 }
@@ -558,6 +584,9 @@ impl Cell {
             parts.push(self.link.slug());
         }
         let mut id = parts.join("-") + &self.job.slug() + &self.tuning.slug();
+        if !self.emulator.is_default() {
+            id.push_str(&format!("-emu-{}", self.emulator));
+        }
         if !self.host.is_default() {
             id.push_str(&format!("-on-{}", self.host));
         }
@@ -585,6 +614,7 @@ impl Cell {
         "pin",
         "host",
         "link",
+        "emulator",
     ];
 
     /// The cell's dimensions by name (snake_case, usable as a metric label), in cell-id order.
@@ -620,6 +650,7 @@ impl Cell {
             ("pin", self.tuning.pin.to_string()),
             ("host", self.host.to_string()),
             ("link", self.link.to_string()),
+            ("emulator", self.emulator.to_string()),
         ]
     }
 
@@ -641,6 +672,9 @@ impl Cell {
         }
         if self.link.is_shaped() {
             s.push_str(&format!("/{}", self.link));
+        }
+        if !self.emulator.is_default() {
+            s.push_str(&format!("@{}", self.emulator));
         }
         if !self.host.is_default() {
             s = format!("{}:{s}", self.host);

@@ -169,6 +169,11 @@ pub struct MatrixArgs {
     /// [default: no limit]
     #[arg(long, value_name = "MIB")]
     pub bw_limit: Option<u64>,
+    /// Apply --iops-limit/--bw-limit only to the cells matching DIM=VALUE[,DIM=VALUE...], e.g.
+    /// `emulator=b`: one side of an in-run A/B capped, a known regression to find.
+    /// [default: every cell]
+    #[arg(long, value_name = "RULE")]
+    pub cap_only: Option<String>,
     /// No per-second fio logs (no time series in reports, no within-run stability figure).
     #[arg(long)]
     pub no_time_series: bool,
@@ -218,6 +223,12 @@ pub struct MatrixArgs {
     /// [default: /var/lib/libvirt/images/vmbench on a remote host]
     #[arg(long = "host-pool-dir", value_name = "NAME=DIR")]
     pub host_pool_dirs: Vec<String>,
+    /// A QEMU build to run every QEMU/KVM cell on, NAME=PATH[,NAME=PATH...] (repeatable):
+    /// libvirt's <emulator>, one dimension interleaved in the run and recorded in each cell's
+    /// provenance; `vmbench compare --within RUN --along emulator=A,B` compares the sides.
+    /// [default: the binary libvirt picks]
+    #[arg(long = "emulator", value_name = "NAME=PATH")]
+    pub emulators: Vec<String>,
     /// Drop cells matching DIM=VALUE[,DIM=VALUE...] (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
@@ -408,9 +419,25 @@ last-good or previous found no earlier run with the same cells (a first night)."
 pub struct CompareArgs {
     /// Baseline: run id, `last-good`, `previous` (both relative to the candidate, see below),
     /// `last`, or a run directory.
-    pub baseline: String,
+    #[arg(required_unless_present = "within", conflicts_with = "within")]
+    pub baseline: Option<String>,
     /// Candidate: run id, `last`, or a run directory.
-    pub candidate: String,
+    #[arg(required_unless_present = "within", conflicts_with = "within")]
+    pub candidate: Option<String>,
+    /// Compare inside one run (run id, `last`, or a run directory) instead of two runs: the
+    /// cells that differ only in --along's dimension, interleaved in the same run (no night
+    /// between them). Same statistics and exit codes.
+    #[arg(
+        long,
+        value_name = "RUN",
+        requires = "along",
+        conflicts_with = "noise_from_history"
+    )]
+    pub within: Option<String>,
+    /// With --within: DIMENSION=A,B, e.g. `emulator=old,new` (two --emulator builds),
+    /// `backend=nfs,iscsi`, `format=qcow2,raw`; A is the baseline.
+    #[arg(long, value_name = "DIM=A,B", requires = "within")]
+    pub along: Option<String>,
     /// Changes smaller than this (in %) are noise.
     #[arg(long, default_value_t = 5.0)]
     pub threshold: f64,
@@ -653,6 +680,12 @@ fn hosts_and_rules(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError>
     for spec in &a.host_pool_dirs {
         apply_host_pool_dir(c, spec)?;
     }
+    for spec in a.emulators.iter().flat_map(|s| s.split(',')) {
+        apply_emulator(c, spec)?;
+    }
+    if let Some(r) = &a.cap_only {
+        c.cap_only = crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?;
+    }
     for r in &a.exclude {
         c.exclude
             .push(crate::matrix::parse_rule(r).map_err(|e| CliError::Usage(e.to_string()))?);
@@ -738,6 +771,23 @@ fn apply_host(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
     let name: crate::cell::HostName = name.parse()?;
     if c.hosts.insert(name.clone(), uri.to_string()).is_some() {
         return Err(CliError::Usage(format!("--host {name} given twice")));
+    }
+    Ok(())
+}
+
+/// `--emulator NAME=PATH` (the path is checked by `validate`); a name twice is an error.
+fn apply_emulator(c: &mut MatrixConfig, spec: &str) -> Result<(), CliError> {
+    let (name, path) = spec
+        .split_once('=')
+        .filter(|(_, p)| !p.is_empty())
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "--emulator {spec}: expected NAME=PATH, e.g. new=/opt/qemu-9/bin/qemu-system-x86_64"
+            ))
+        })?;
+    let name: crate::cell::EmulatorName = name.parse()?;
+    if c.emulators.insert(name.clone(), path.into()).is_some() {
+        return Err(CliError::Usage(format!("--emulator {name} given twice")));
     }
     Ok(())
 }

@@ -409,19 +409,10 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
             a.alpha
         )));
     }
-    let cand = load_run(&a.candidate, &a.db)?;
-    let base = match load_baseline(&a.baseline, &cand, &a.db)? {
-        Some(b) => b,
+    let (base, cand) = match compare_sides(a)? {
+        Some(sides) => sides,
         None => return Ok(EXIT_NO_BASELINE),
     };
-    if base.run_id == cand.run_id {
-        return Err(CliError::Usage(format!(
-            "baseline '{}' and candidate '{}' are the same run {}: a run compared with itself \
-             proves nothing (use last-good or previous as the baseline: they resolve to an \
-             earlier run than the candidate)",
-            a.baseline, a.candidate, cand.run_id
-        )));
-    }
     let mut opts = compare::CompareOptions {
         noise_threshold_pct: a.threshold,
         alpha: a.alpha,
@@ -458,6 +449,47 @@ fn cmd_compare(a: &cli::CompareArgs) -> Result<i32, CliError> {
         write_out(&Some(p.clone()), &json)?;
     }
     Ok(cmp.exit_code())
+}
+
+/// The two records `compare` judges: two runs, or one run split `--along` a dimension (`None`
+/// after saying why when a `last-good`/`previous` baseline found no earlier run).
+fn compare_sides(a: &cli::CompareArgs) -> Result<Option<(RunRecord, RunRecord)>, CliError> {
+    if let (Some(run), Some(along)) = (&a.within, &a.along) {
+        let along: compare::Along = along
+            .parse()
+            .map_err(|e: compare::AlongError| CliError::Usage(e.to_string()))?;
+        let split = along
+            .split(&load_run(run, &a.db)?)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        if !split.unpaired.is_empty() {
+            eprintln!(
+                "vmbench: {} cell(s) with no partner along {} left out: {}",
+                split.unpaired.len(),
+                along.dimension,
+                split.unpaired.join(", ")
+            );
+        }
+        return Ok(Some((split.baseline, split.candidate)));
+    }
+    let (Some(baseline), Some(candidate)) = (&a.baseline, &a.candidate) else {
+        return Err(CliError::Usage(
+            "compare needs BASELINE CANDIDATE, or --within RUN --along DIM=A,B".into(),
+        ));
+    };
+    let cand = load_run(candidate, &a.db)?;
+    let Some(base) = load_baseline(baseline, &cand, &a.db)? else {
+        return Ok(None);
+    };
+    if base.run_id == cand.run_id {
+        return Err(CliError::Usage(format!(
+            "baseline '{baseline}' and candidate '{candidate}' are the same run {}: a run \
+             compared with itself proves nothing (use last-good or previous as the baseline: \
+             they resolve to an earlier run than the candidate, or --within RUN --along DIM=A,B \
+             for two sides of one run)",
+            cand.run_id
+        )));
+    }
+    Ok(Some((base, cand)))
 }
 
 /// `compare`'s exit code when `last-good`/`previous` found no earlier run (a first night).

@@ -11,6 +11,7 @@ mod compare_ab;
 mod compare_html;
 mod compare_recommend;
 mod compare_verdicts;
+mod compare_within;
 mod deb_package;
 mod doctor;
 mod domain_xml;

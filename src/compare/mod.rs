@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod along;
 pub mod broken;
 mod junit;
 pub mod objective;
@@ -24,6 +25,7 @@ pub mod provenance;
 pub mod recommend;
 pub mod stats;
 
+pub use along::{Along, AlongError};
 pub use broken::{broken_cells, Breakage, BrokenCell};
 pub use provenance::{instrument_mismatch, provenance_mismatch, SystemChange};
 pub use stats::Correction;

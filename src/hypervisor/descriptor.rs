@@ -80,6 +80,9 @@ pub struct Descriptor {
     /// The guest's CPU is emulated (QEMU's TCG): its figures are not what a guest on real
     /// hardware sees, and reports say so.
     pub emulated_cpu: bool,
+    /// libvirt's `<emulator>` names the QEMU binary that runs it (`--emulator NAME=PATH`);
+    /// false where the driver picks its own device model.
+    pub takes_emulator: bool,
 }
 
 const KVM: Descriptor = Descriptor {
@@ -97,6 +100,7 @@ const KVM: Descriptor = Descriptor {
     block_layer: BlockLayer::Qemu,
     connect_hint: None,
     emulated_cpu: false,
+    takes_emulator: true,
 };
 
 const QEMU: Descriptor = Descriptor {
@@ -118,6 +122,7 @@ const XEN: Descriptor = Descriptor {
     has_modes: true,
     block_layer: BlockLayer::Libxl,
     connect_hint: Some("no Xen dom0 with libxl on this host?"),
+    takes_emulator: false,
     emulated_cpu: false,
 };
 

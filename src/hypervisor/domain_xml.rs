@@ -82,6 +82,9 @@ pub enum DomainXmlError {
     /// An I/O cap on a Xen disk: libxl has no `<iotune>`.
     #[error("--iops-limit/--bw-limit need qemu or kvm: libvirt's libxl driver has no <iotune>")]
     IoTuneOnXen,
+    /// A QEMU binary for a hypervisor whose driver picks its own device model.
+    #[error("<emulator> names a QEMU binary: {0} picks its own device model")]
+    EmulatorNotTaken(Hypervisor),
     /// Xen without PVH/HVM.
     #[error("hypervisor xen needs a xen mode (valid: pvh, hvm)")]
     MissingXenMode,
@@ -173,10 +176,11 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         true => None,
         false => Some(abs_path("console_log", &spec.console_log)?),
     };
-    let devices = match xen_mode {
+    let mut devices = match xen_mode {
         Some(mode) => xen_devices(&spec.disk, mode, console_log)?,
         None => qemu_devices(&spec.disk, console_log)?,
     };
+    devices.emulator = emulator(spec)?;
     Ok(Domain {
         kind: spec.hypervisor.desc().domain_type,
         name: &spec.name,
@@ -300,6 +304,7 @@ fn qemu_devices<'a>(
     let iothread = iothreads(disk);
     let on_disk = disk.bus == Bus::VirtioBlk;
     Ok(Devices {
+        emulator: None,
         disk: Some(Disk {
             kind,
             device: "disk",
@@ -359,6 +364,7 @@ fn xen_devices<'a>(
         ),
     };
     Ok(Devices {
+        emulator: None,
         disk: Some(Disk {
             kind,
             device: "disk",
@@ -396,6 +402,7 @@ fn shared_dir_devices<'a>(
     console_log: Option<&'a str>,
 ) -> Result<Devices<'a>, DomainXmlError> {
     Ok(Devices {
+        emulator: None,
         disk: None,
         controller: None,
         filesystem: Some(FsDevice {
@@ -563,6 +570,17 @@ fn net_auth(protocol: NetProtocol, auth: Option<&NetAuth>) -> (Option<Identity>,
 }
 
 /// An absolute, UTF-8, control-character-free path as a string.
+/// `<emulator>`: the QEMU binary of an in-run A/B side, for the hypervisors that take one.
+fn emulator(spec: &DomainSpec) -> Result<Option<&str>, DomainXmlError> {
+    let Some(path) = &spec.emulator else {
+        return Ok(None);
+    };
+    if !spec.hypervisor.desc().takes_emulator {
+        return Err(DomainXmlError::EmulatorNotTaken(spec.hypervisor));
+    }
+    abs_path("emulator", path).map(Some)
+}
+
 fn abs_path<'a>(what: &'static str, path: &'a Path) -> Result<&'a str, DomainXmlError> {
     let s = path.to_str().ok_or_else(|| DomainXmlError::NonUtf8Path {
         what,
@@ -751,6 +769,8 @@ struct Clock {
 
 #[derive(Serialize)]
 struct Devices<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    emulator: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     disk: Option<Disk<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -56,6 +56,8 @@ pub struct DomainSpec {
     /// Host CPUs for the vCPUs, emulator and I/O thread (`<cputune>`), or `None` unpinned.
     /// Chosen from the host's topology by the caller ([`pinning::host_plan`]).
     pub pinning: Option<pinning::Pinning>,
+    /// The QEMU binary (`<emulator>`), or `None` for the one libvirt picks. QEMU/KVM only.
+    pub emulator: Option<PathBuf>,
 }
 
 /// The disk under test as the domain sees it.
@@ -157,6 +159,7 @@ impl DomainSpec {
             run_id: run_id.to_string(),
             cell_id: cell.id(),
             pinning: None,
+            emulator: None,
         }
     }
 }

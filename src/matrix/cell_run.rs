@@ -175,7 +175,7 @@ impl CellCtx<'_, '_> {
             .datapath(&disk.source, self.cell.format)
             .map_err(CellError::Datapath)?;
         self.params.insert("datapath".into(), datapath);
-        self.params.extend(self.env.cfg.iotune_params());
+        self.params.extend(self.env.cfg.iotune_params(self.cell));
         self.params.extend(self.env.cfg.instrument_params());
         Ok(disk)
     }
@@ -618,7 +618,8 @@ fn domain_spec(
     let name = format!("{}{}-{seq:03}", crate::hypervisor::NAME_PREFIX, env.run_id);
     let mut spec = DomainSpec::for_cell(name, env.run_id, cell, disk.source.clone(), size, files);
     spec.cmdline += &cfg.test_hooks.cmdline_extra(seq);
-    spec.disk.iotune = cfg.iotune();
+    spec.disk.iotune = cfg.iotune(cell);
+    spec.emulator = cfg.emulator_path(&cell.emulator).map(Path::to_path_buf);
     spec.console_pty = !env.conn.is_local();
     spec
 }

@@ -7,7 +7,7 @@ use crate::cell::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use super::repeat::Repeat;
 pub use crate::storage::options::StorageConfig;
@@ -59,6 +59,11 @@ pub struct MatrixConfig {
     /// Cap on the disk under test, read + write MiB per second (`<iotune>` `total_bytes_sec`).
     /// Recorded like `iops_limit`. Default none (uncapped).
     pub bw_limit_mib: Option<u64>,
+    /// The cells the caps apply to, as an include rule (`cap_only = { emulator = "b" }`,
+    /// `--cap-only emulator=b`): one side of an in-run A/B capped, a known regression for
+    /// `compare --within --along` to find. Default empty: every cell.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cap_only: BTreeMap<String, String>,
     /// fio writes per-second bandwidth, IOPS and latency logs (the time series in reports and
     /// the within-run stability figures). `scripts/bench-fidelity` measures what they cost.
     /// Default true.
@@ -102,6 +107,12 @@ pub struct MatrixConfig {
     /// and the image cache.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub host_pool_dirs: BTreeMap<crate::cell::HostName, PathBuf>,
+    /// QEMU builds every cell runs on, name = absolute path of the binary (`[emulators]`,
+    /// `--emulator NAME=PATH`): libvirt's `<emulator>`, one dimension, each side recorded in
+    /// provenance, interleaved in one run for `compare --within RUN --along emulator=A,B`.
+    /// Empty: libvirt's own binary (`default`). QEMU and KVM cells only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub emulators: BTreeMap<crate::cell::EmulatorName, PathBuf>,
     /// Rules that drop cells: each rule is dimension = value pairs that must all match.
     pub exclude: Vec<BTreeMap<String, String>>,
     /// When non-empty, only cells matching at least one rule run.
@@ -155,6 +166,7 @@ impl Default for MatrixConfig {
             disk_mib: 1024,
             iops_limit: None,
             bw_limit_mib: None,
+            cap_only: BTreeMap::new(),
             time_series: true,
             live_status: true,
             prefill: true,
@@ -168,6 +180,7 @@ impl Default for MatrixConfig {
             connect: BTreeMap::new(),
             hosts: BTreeMap::new(),
             host_pool_dirs: BTreeMap::new(),
+            emulators: BTreeMap::new(),
             exclude: vec![],
             include: vec![],
             storage: StorageConfig::default(),
@@ -233,6 +246,63 @@ impl MatrixConfig {
         }
     }
 
+    /// The QEMU builds cells run on: the `[emulators]` names, or libvirt's own binary alone.
+    pub fn emulator_names(&self) -> Vec<crate::cell::EmulatorName> {
+        if self.emulators.is_empty() {
+            vec![crate::cell::EmulatorName::default()]
+        } else {
+            self.emulators.keys().cloned().collect()
+        }
+    }
+
+    /// The binary of a named emulator, `None` for libvirt's own.
+    pub fn emulator_path(&self, name: &crate::cell::EmulatorName) -> Option<&Path> {
+        self.emulators.get(name).map(PathBuf::as_path)
+    }
+
+    /// Each `[emulators]` binary is an absolute path to an executable file on this machine:
+    /// a typo is a config error (exit 2) here, not a failed cell after the first boot. A
+    /// remote host's binary is found by its libvirtd when the domain is defined.
+    fn check_emulators(&self) -> Result<(), ConfigError> {
+        use std::os::unix::fs::PermissionsExt;
+        if self.emulators.is_empty() {
+            return Ok(());
+        }
+        let remote = self.hosts.values().any(|u| !crate::uri::is_local_uri(u));
+        for (name, path) in &self.emulators {
+            if name.is_default() {
+                return Err(ConfigError::Invalid(format!(
+                    "emulator name '{name}' means libvirt's own binary: give the build another \
+                     name"
+                )));
+            }
+            if !path.is_absolute() {
+                return Err(ConfigError::Invalid(format!(
+                    "emulator '{name}': '{}' is not an absolute path (give the QEMU binary, e.g. \
+                     /usr/bin/qemu-system-x86_64)",
+                    path.display()
+                )));
+            }
+            let meta = std::fs::metadata(path);
+            let exec = meta
+                .as_ref()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+            if !exec && !remote {
+                return Err(ConfigError::Invalid(format!(
+                    "emulator '{name}': '{}' is not an executable file on this host",
+                    path.display()
+                )));
+            }
+        }
+        if let Some(h) = self.hypervisor.iter().find(|h| !h.desc().takes_emulator) {
+            return Err(ConfigError::Invalid(format!(
+                "--emulator names a QEMU binary; {h} picks its own device model (use it with qemu \
+                 or kvm)"
+            )));
+        }
+        Ok(())
+    }
+
     /// The libvirt URI of a hypervisor on a host. A named host's URI serves KVM and QEMU (one
     /// libvirtd); the default host without a `[hosts]` entry uses `connect`.
     pub fn host_uri(&self, host: &crate::cell::HostName, hv: Hypervisor) -> String {
@@ -263,8 +333,8 @@ impl MatrixConfig {
         Ok(())
     }
 
-    /// The I/O caps put on the disk under test, or `None` when uncapped.
-    pub fn iotune(&self) -> Option<crate::hypervisor::IoTune> {
+    /// The I/O caps of the run, whatever `cap_only` says: `None` when uncapped.
+    fn iotune_all(&self) -> Option<crate::hypervisor::IoTune> {
         let t = crate::hypervisor::IoTune {
             total_iops_sec: self.iops_limit,
             total_bytes_sec: self.bw_limit_mib.map(|m| m.saturating_mul(1 << 20)),
@@ -272,8 +342,21 @@ impl MatrixConfig {
         (t.total_iops_sec.is_some() || t.total_bytes_sec.is_some()).then_some(t)
     }
 
+    /// Whether the caps apply to `cell` (`cap_only`).
+    fn capped(&self, cell: &crate::cell::Cell) -> bool {
+        self.cap_only.is_empty() || super::rule_matches(&self.cap_only, cell)
+    }
+
+    /// The I/O caps put on `cell`'s disk under test, or `None` when it is uncapped.
+    pub fn iotune(&self, cell: &crate::cell::Cell) -> Option<crate::hypervisor::IoTune> {
+        self.iotune_all().filter(|_| self.capped(cell))
+    }
+
     /// The caps as cell parameters (`iops_limit`, `bw_limit_mib`), so a capped result says so.
-    pub fn iotune_params(&self) -> Vec<(String, String)> {
+    pub fn iotune_params(&self, cell: &crate::cell::Cell) -> Vec<(String, String)> {
+        if !self.capped(cell) {
+            return vec![];
+        }
         [
             ("iops_limit", self.iops_limit),
             ("bw_limit_mib", self.bw_limit_mib),
@@ -296,8 +379,11 @@ impl MatrixConfig {
         .collect()
     }
 
-    /// The caps as one provenance string (`iops=150,bw=8MiB/s`), empty when uncapped.
-    pub fn io_limit_provenance(&self) -> String {
+    /// `cell`'s caps as one provenance string (`iops=150,bw=8MiB/s`), empty when uncapped.
+    pub fn io_limit_provenance(&self, cell: &crate::cell::Cell) -> String {
+        if !self.capped(cell) {
+            return String::new();
+        }
         let iops = self.iops_limit.map(|n| format!("iops={n}"));
         let bw = self.bw_limit_mib.map(|m| format!("bw={m}MiB/s"));
         iops.into_iter().chain(bw).collect::<Vec<_>>().join(",")
@@ -338,6 +424,7 @@ impl MatrixConfig {
             crate::workload::check(w)?;
         }
         self.check_host_pool_dirs()?;
+        self.check_emulators()?;
         let positive = [
             ("repeat", self.repeat.upper_bound(self.max_repeats) as u64),
             ("runtime", self.runtime as u64),
@@ -362,6 +449,16 @@ impl MatrixConfig {
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         for rule in self.exclude.iter().chain(&self.include) {
             super::check_rule(rule)?;
+        }
+        if !self.cap_only.is_empty() {
+            super::check_rule(&self.cap_only)?;
+            if self.iotune_all().is_none() {
+                return Err(ConfigError::Invalid(
+                    "cap_only (--cap-only) says which cells --iops-limit/--bw-limit cap: give a \
+                     limit too"
+                        .into(),
+                ));
+            }
         }
         parse_size(&self.size).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(())
@@ -471,7 +568,7 @@ impl MatrixConfig {
             )));
         }
         let no_iotune = self.hypervisor.iter().find_map(|h| h.desc().no_iotune);
-        if let (Some(why), Some(_)) = (no_iotune, self.iotune()) {
+        if let (Some(why), Some(_)) = (no_iotune, self.iotune_all()) {
             return Err(ConfigError::Invalid(format!(
                 "--iops-limit/--bw-limit {why}"
             )));
@@ -696,20 +793,22 @@ mod tests {
     fn io_limits_parse_render_and_refuse_zero() {
         let c = parse("iops_limit = 150\nbw_limit_mib = 8\n").unwrap();
         c.validate().unwrap();
-        let t = c.iotune().unwrap();
+        let cell = crate::cell::Cell::default();
+        let t = c.iotune(&cell).unwrap();
         assert_eq!(t.total_iops_sec, Some(150));
         assert_eq!(t.total_bytes_sec, Some(8 << 20));
         assert_eq!(
-            c.iotune_params(),
+            c.iotune_params(&cell),
             vec![
                 ("iops_limit".to_string(), "150".to_string()),
                 ("bw_limit_mib".to_string(), "8".to_string())
             ]
         );
-        assert_eq!(c.io_limit_provenance(), "iops=150,bw=8MiB/s");
-        assert_eq!(MatrixConfig::default().io_limit_provenance(), "");
-        assert_eq!(MatrixConfig::default().iotune(), None);
-        assert!(MatrixConfig::default().iotune_params().is_empty());
+        assert_eq!(c.io_limit_provenance(&cell), "iops=150,bw=8MiB/s");
+        let d = MatrixConfig::default();
+        assert_eq!(d.io_limit_provenance(&cell), "");
+        assert_eq!(d.iotune(&cell), None);
+        assert!(d.iotune_params(&cell).is_empty());
         let e = parse("iops_limit = 0\n").unwrap().validate().unwrap_err();
         assert!(
             e.to_string()
@@ -725,6 +824,73 @@ mod tests {
         let mut c = parse("iops_limit = 150\n").unwrap();
         c.hypervisor.push(Hypervisor::Xen);
         assert!(c.validate().unwrap_err().to_string().contains("<iotune>"));
+    }
+
+    #[test]
+    fn cap_only_caps_the_matching_cells_and_needs_a_limit() {
+        let c = parse("iops_limit = 150\n[cap_only]\nemulator = \"b\"\n").unwrap();
+        c.validate().unwrap();
+        let a = crate::cell::Cell {
+            emulator: "a".parse().unwrap(),
+            ..Default::default()
+        };
+        let b = crate::cell::Cell {
+            emulator: "b".parse().unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(c.iotune(&a), None);
+        assert!(c.iotune_params(&a).is_empty());
+        assert_eq!(c.io_limit_provenance(&a), "");
+        assert_eq!(c.iotune(&b).unwrap().total_iops_sec, Some(150));
+        assert_eq!(c.io_limit_provenance(&b), "iops=150");
+        let e = parse("[cap_only]\nemulator = \"b\"\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("give a limit too"), "{e}");
+        let e = parse("iops_limit = 5\n[cap_only]\ncolour = \"b\"\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown dimension 'colour'"), "{e}");
+    }
+
+    #[test]
+    fn emulators_must_be_executables_and_qemu_only() {
+        let ok = parse("[emulators]\na = \"/bin/sh\"\nb = \"/bin/sh\"\n").unwrap();
+        ok.validate().unwrap();
+        assert_eq!(ok.emulator_names().len(), 2);
+        assert_eq!(
+            MatrixConfig::default().emulator_names(),
+            vec![crate::cell::EmulatorName::default()]
+        );
+        let e = parse("[emulators]\na = \"qemu\"\n").unwrap().validate();
+        assert!(e.unwrap_err().to_string().contains("not an absolute path"));
+        let e = parse("[emulators]\na = \"/nonexistent/qemu\"\n")
+            .unwrap()
+            .validate();
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("not an executable file"));
+        let toml = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let e = parse(&format!("[emulators]\na = \"{toml}\"\n"))
+            .unwrap()
+            .validate();
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("not an executable file"));
+        let e = parse("[emulators]\ndefault = \"/bin/sh\"\n")
+            .unwrap()
+            .validate();
+        assert!(e.unwrap_err().to_string().contains("another name"));
+        let e = parse("[emulators]\nA = \"/bin/sh\"\n").unwrap_err();
+        assert!(e.contains("emulator name"), "{e}");
+        let mut xen = ok.clone();
+        xen.hypervisor = vec![Hypervisor::Xen];
+        let e = xen.validate().unwrap_err().to_string();
+        assert!(e.contains("use it with qemu or kvm"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::cell::Cell;
 use crate::hypervisor::{domain_xml, DomainSpec, GuestFiles, Sizing, NAME_PREFIX};
 use crate::storage;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The whole dry-run report.
 pub fn render(cfg: &MatrixConfig) -> String {
@@ -79,7 +79,8 @@ fn spec(cfg: &MatrixConfig, cell: &Cell, i: usize) -> Result<DomainSpec, String>
     };
     let name = format!("{NAME_PREFIX}RUN-{i:03}");
     let mut spec = DomainSpec::for_cell(name, "RUN", cell, source, size, files);
-    spec.disk.iotune = cfg.iotune();
+    spec.disk.iotune = cfg.iotune(cell);
+    spec.emulator = cfg.emulator_path(&cell.emulator).map(Path::to_path_buf);
     if cell.tuning.pin == crate::cell::Pin::On {
         // The CPUs this host would give the cell.
         let p = crate::hypervisor::pinning::host_plan(cfg.vcpus).map_err(|e| e.to_string())?;

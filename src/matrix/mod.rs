@@ -80,6 +80,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             tuning: Default::default(),
                                             host: Default::default(),
                                             link: Default::default(),
+                                            emulator: Default::default(),
                                         });
                                     }
                                 }
@@ -91,7 +92,25 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
         }
     }
     let swept: Vec<Cell> = out.into_iter().flat_map(|c| sweep(c, cfg)).collect();
-    on_hosts(with_links(swept, &cfg.link), &cfg.host_names())
+    let linked = with_links(swept, &cfg.link);
+    on_hosts(
+        with_emulators(linked, &cfg.emulator_names()),
+        &cfg.host_names(),
+    )
+}
+
+/// Every cell once per QEMU build, the builds innermost: the A and B cells of an in-run A/B
+/// are neighbours in the run order, so drift between them is as small as the run allows.
+fn with_emulators(cells: Vec<Cell>, emulators: &[crate::cell::EmulatorName]) -> Vec<Cell> {
+    cells
+        .into_iter()
+        .flat_map(|c| {
+            emulators.iter().map(move |e| Cell {
+                emulator: e.clone(),
+                ..c.clone()
+            })
+        })
+        .collect()
 }
 
 /// One cell per combination of the sweep dimensions (fio overrides, QEMU disk tuning); an
@@ -253,6 +272,7 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "iothread" => v.parse::<crate::cell::IoThread>().map(drop),
             "pin" => v.parse::<crate::cell::Pin>().map(drop),
             "host" => v.parse::<crate::cell::HostName>().map(drop),
+            "emulator" => v.parse::<crate::cell::EmulatorName>().map(drop),
             "bs" | "iodepth" | "numjobs" | "rwmix" | "queues" => Ok(()),
             "link" => {
                 v.parse::<crate::cell::Link>()

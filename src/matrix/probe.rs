@@ -92,6 +92,7 @@ pub async fn boot_probe(
         tuning: Default::default(),
         host: Default::default(),
         link: Default::default(),
+        emulator: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),

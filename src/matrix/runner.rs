@@ -320,10 +320,7 @@ impl RunCtx {
         )?;
         let servers = Servers::new(self.rundir.path.join("servers"), &self.run_id);
         let conns = connect_all(self, plan, &image, &work).await;
-        let prov = Provenance {
-            io_limit: self.cfg.io_limit_provenance(),
-            ..provenance(&conns, &image, &self.host)
-        };
+        let prov = provenance(&conns, &image, &self.host);
         Ok(Hosts {
             shared: Shared { image, work, prov },
             _image_in_use: in_use,
@@ -594,6 +591,10 @@ impl RunCtx {
             return Some(not_run(cell, repeat, outcome, SkipKind::Backend));
         }
         let mut prov = host_provenance(&shared.prov, cell, conn);
+        prov.io_limit = self.cfg.io_limit_provenance(cell);
+        if let Some(path) = self.cfg.emulator_path(&cell.emulator) {
+            prov.qemu = emulator_provenance(path, conn.is_local());
+        }
         if let Some((name, _)) = server {
             prov.storage_server = crate::storage::servers::version_of(name).unwrap_or_default();
         }
@@ -838,6 +839,33 @@ fn host_provenance(base: &Provenance, cell: &Cell, conn: &Libvirt) -> Provenance
     }
 }
 
+/// A named QEMU build as provenance: its version (from `PATH --version` on this machine) and
+/// its path, so two builds differ in provenance and the same binary twice does not. A remote
+/// host's binary cannot be run from here: its path alone.
+fn emulator_provenance(path: &Path, local: bool) -> String {
+    let version = local
+        .then(|| {
+            std::process::Command::new(path)
+                .arg("--version")
+                .output()
+                .ok()
+        })
+        .flatten()
+        .and_then(|o| parse_qemu_version(&String::from_utf8_lossy(&o.stdout)));
+    match version {
+        Some(v) => format!("{v} ({})", path.display()),
+        None => path.display().to_string(),
+    }
+}
+
+/// `QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)` -> `7.2.22`.
+fn parse_qemu_version(text: &str) -> Option<String> {
+    let rest = text.lines().next()?.split("version ").nth(1)?;
+    let v = rest.split_whitespace().next()?;
+    v.starts_with(|c: char| c.is_ascii_digit())
+        .then(|| v.to_string())
+}
+
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -855,4 +883,32 @@ pub fn hostname() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_versions_parse_from_real_output() {
+        // Debian 12's qemu-system-x86_64 --version.
+        let debian = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)\n\
+                      Copyright (c) 2003-2022 Fabrice Bellard and the QEMU Project developers\n";
+        assert_eq!(parse_qemu_version(debian).as_deref(), Some("7.2.22"));
+        assert_eq!(
+            parse_qemu_version("QEMU emulator version 9.1.0\n").as_deref(),
+            Some("9.1.0")
+        );
+        assert_eq!(parse_qemu_version("sh: not qemu\n"), None);
+        assert_eq!(parse_qemu_version(""), None);
+        // Not a QEMU: the path alone, never a made-up version.
+        assert_eq!(
+            emulator_provenance(Path::new("/bin/true"), true),
+            "/bin/true"
+        );
+        assert_eq!(
+            emulator_provenance(Path::new("/usr/bin/qemu-system-x86_64"), false),
+            "/usr/bin/qemu-system-x86_64"
+        );
+    }
 }
