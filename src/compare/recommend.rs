@@ -602,9 +602,11 @@ fn pair_findings(
 }
 
 /// `a` against `b` on `o`: who is ahead, by how much, with what interval, or what the run could
-/// have seen.
+/// have seen. `figures` are the pair's engine's (a value is shown in its units: seeks/s for
+/// bonnie++, IOPS for fio).
 pub fn pair_finding_values(
     o: Objective,
+    figures: &Figures,
     (a_label, a): (&str, &[f64]),
     (b_label, b): (&str, &[f64]),
 ) -> PairFinding {
@@ -629,8 +631,7 @@ pub fn pair_finding_values(
         f.text = format!(
             "{}: {ahead} and {behind} equal ({} in every repeat)",
             o.noun(),
-            // A pair's values come without their engine: read in the default engine's units.
-            o.show(value, &crate::workload::ENGINES[0].figures)
+            o.show(value, figures)
         );
         return f;
     }
@@ -741,7 +742,13 @@ fn finding_text(f: &PairFinding) -> String {
 }
 
 fn pair_finding(o: Objective, a: &Candidate, b: &Candidate) -> PairFinding {
-    pair_finding_values(o, (&a.label, a.values(o)), (&b.label, b.values(o)))
+    // Ranked cells share one workload (`Ask`), so one engine: a's figures are b's.
+    pair_finding_values(
+        o,
+        a.kind.figures,
+        (&a.label, a.values(o)),
+        (&b.label, b.values(o)),
+    )
 }
 
 /// The smallest visible difference as a percentage of the cell behind: a ratio of
@@ -1187,5 +1194,27 @@ fn push_ranking(out: &mut String, r: &Recommendation, width: usize) {
         for f in &x.versus_next {
             out.push_str(&format!("     {}\n", f.text));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pair equal in every repeat is shown in its engine's units: seeks/s for bonnie++.
+    #[test]
+    fn an_equal_pair_is_shown_in_its_engines_units() {
+        let same = [120.0, 120.0, 120.0];
+        let bonnie = &crate::workload::bonnie::ENGINE.figures;
+        let f = pair_finding_values(Objective::Iops, bonnie, ("a", &same), ("b", &same));
+        assert_eq!(f.separation, Separation::Equal);
+        assert!(
+            f.text.contains("120.0 seeks/s in every repeat"),
+            "{}",
+            f.text
+        );
+        let fio = &crate::workload::ENGINES[0].figures;
+        let f = pair_finding_values(Objective::Iops, fio, ("a", &same), ("b", &same));
+        assert!(f.text.contains("120.0 IOPS in every repeat"), "{}", f.text);
     }
 }

@@ -580,10 +580,13 @@ impl RunCtx {
             Err(OpenError::Failed(source)) => {
                 return Some(failed(cell, repeat, CellError::Backend(source)))
             }
-            Err(e) => {
-                let kind = e.skip_kind().unwrap_or(SkipKind::Backend);
+            Err(e @ OpenError::LocalOnly(_)) => {
                 let outcome = Outcome::Unsupported(e.to_string());
-                return Some(not_run(cell, repeat, outcome, kind));
+                return Some(not_run(cell, repeat, outcome, SkipKind::RemoteHost));
+            }
+            Err(e @ OpenError::Unsupported(_)) => {
+                let outcome = Outcome::Unsupported(e.to_string());
+                return Some(not_run(cell, repeat, outcome, SkipKind::Backend));
             }
         };
         if let Err(u) = backend.check() {

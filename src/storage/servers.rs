@@ -112,18 +112,6 @@ pub enum OpenError {
     Failed(Arc<StorageError>),
 }
 
-impl OpenError {
-    /// Why the cell does not run, when it is unsupported here rather than failed.
-    pub fn skip_kind(&self) -> Option<crate::results::SkipKind> {
-        use crate::results::SkipKind;
-        match self {
-            OpenError::LocalOnly(_) => Some(SkipKind::RemoteHost),
-            OpenError::Unsupported(_) => Some(SkipKind::Backend),
-            OpenError::Failed(_) => None,
-        }
-    }
-}
-
 /// The directory (under a run's `servers/`) that keeps the usage name of the external iSCSI
 /// target's libvirt CHAP secret, for `vmbench cleanup`.
 pub const ISCSI_CHAP_DIR: &str = "iscsi-chap";
