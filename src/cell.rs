@@ -190,6 +190,12 @@ dimension!(
 );
 
 impl Layout {
+    /// The smallest disk, in MiB, its filesystem can be made on: mkfs.xfs (xfsprogs 6) refuses
+    /// a filesystem under 300 MB; `None` where any disk the matrix allows will do.
+    pub fn min_disk_mib(self) -> Option<u64> {
+        matches!(self, Layout::Xfs | Layout::LvmXfs).then_some(300)
+    }
+
     /// Whether the engine sees a mounted filesystem (everything but `raw`).
     pub fn is_filesystem(self) -> bool {
         self != Layout::Raw

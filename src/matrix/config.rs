@@ -436,6 +436,7 @@ impl MatrixConfig {
             return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
         }
         self.check_limits()?;
+        self.check_layout_sizes()?;
         self.check_auto_repeat()?;
         self.check_sweeps()?;
         self.check_pin(crate::hypervisor::pinning::online_cpus())?;
@@ -536,6 +537,21 @@ impl MatrixConfig {
     }
 
     /// `auto` needs room above its minimum and a CV threshold that can be met.
+    /// A layout whose mkfs refuses the disk fails every cell in the guest, after a boot, with
+    /// mkfs's usage text: say so before the run.
+    fn check_layout_sizes(&self) -> Result<(), ConfigError> {
+        for l in &self.layout {
+            if let Some(min) = l.min_disk_mib().filter(|m| self.disk_mib < *m) {
+                return Err(ConfigError::Invalid(format!(
+                    "layout {l} needs a disk of at least {min} MiB (its mkfs refuses a smaller \
+                     one), got disk_mib {}: raise --disk-mib or drop {l}",
+                    self.disk_mib
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn check_auto_repeat(&self) -> Result<(), ConfigError> {
         use super::repeat::MIN_AUTO_REPEATS;
         if self.repeat != Repeat::Auto {
@@ -824,6 +840,19 @@ mod tests {
         let mut c = parse("iops_limit = 150\n").unwrap();
         c.hypervisor.push(Hypervisor::Xen);
         assert!(c.validate().unwrap_err().to_string().contains("<iotune>"));
+    }
+
+    #[test]
+    fn xfs_layouts_need_a_300_mib_disk() {
+        let e = parse("layout = [\"raw\", \"xfs\"]\ndisk_mib = 128\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("layout xfs needs a disk of at least 300 MiB"), "{e}");
+        let e = parse("layout = [\"lvm-xfs\"]\ndisk_mib = 299\n").unwrap().validate();
+        assert!(e.is_err());
+        parse("layout = [\"xfs\"]\ndisk_mib = 300\n").unwrap().validate().unwrap();
+        parse("layout = [\"ext4\"]\ndisk_mib = 128\n").unwrap().validate().unwrap();
     }
 
     #[test]
