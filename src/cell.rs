@@ -108,6 +108,8 @@ dimension!(
         Lvm => "lvm",
         /// A host directory shared with virtio-fs (no disk; the guest mounts the share).
         Hostdir => "hostdir",
+        /// A Ceph RBD image (the run's embedded single-host cluster, cephx).
+        Rbd => "rbd",
         /// Tests only: a raw file in a scratch directory (`storage/toy.rs`, issue 25's proof).
         #[cfg(test)] Toy => "toy",
     }

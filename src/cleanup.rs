@@ -187,6 +187,7 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
     {
         clean_chap_secret(&dir, dry, rep);
     }
+    clean_ceph_secrets(&servers.join(crate::storage::rbd::SECRETS_DIR), dry, rep);
     if let Some(id) = name(run) {
         clean_namespaces(&id, dry, rep);
     }
@@ -250,6 +251,32 @@ fn clean_chap_secret(tgt_dir: &Path, dry: bool, rep: &mut Report) {
         Err(e) => rep.kept.push(format!("libvirt secret {usage}: {e}")),
     }
     let _ = std::fs::remove_file(&file);
+}
+
+/// The libvirt secrets (cephx keys) of a dead run's RBD cells: one file per secret in `dir`,
+/// named after its usage.
+fn clean_ceph_secrets(dir: &Path, dry: bool, rep: &mut Report) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let usage = e.file_name().to_string_lossy().into_owned();
+        // Only a name vmbench makes, so a stray file cannot name someone else's secret.
+        if !usage.starts_with(crate::storage::rbd::USAGE_PREFIX) {
+            continue;
+        }
+        if dry {
+            rep.lines
+                .push(format!("libvirt secret {usage} (if still defined)"));
+            continue;
+        }
+        match chap::undefine(&usage) {
+            Ok(true) => rep.lines.push(format!("libvirt secret {usage}")),
+            Ok(false) => {}
+            Err(e) => rep.kept.push(format!("libvirt secret {usage}: {e}")),
+        }
+        let _ = std::fs::remove_file(e.path());
+    }
 }
 
 /// Removes the network namespaces named after dead run `id`: whatever still runs inside is

@@ -116,7 +116,7 @@ pub struct MatrixArgs {
     /// Xen modes: pvh, hvm (Xen cells only). [default: pvh]
     #[arg(long)]
     pub xen_mode: Option<String>,
-    /// Storage backends: local, block, nfs, iscsi, lvm, hostdir (a host directory shared with virtio-fs; layout ext4 only). [default: local,nfs,iscsi]
+    /// Storage backends: local, block, nfs, iscsi, lvm, hostdir (a host directory shared with virtio-fs; layout ext4 only), rbd (Ceph RBD on an embedded single-host cluster; raw only). [default: local,nfs,iscsi]
     #[arg(long)]
     pub backend: Option<String>,
     /// Image formats: qcow2, raw. [default: qcow2,raw]

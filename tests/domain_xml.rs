@@ -558,6 +558,47 @@ fn network_disks_carry_identity_and_chap_by_reference() {
     assert!(attr(&attrs, "identity", "user").is_empty());
 }
 
+/// An RBD image (issue 30): `<source protocol='rbd' name='POOL/IMAGE'>` with the monitor as
+/// `<host>` and cephx through a libvirt secret of type ceph named by usage, never the key.
+fn rbd_spec() -> DomainSpec {
+    let mut spec = base();
+    spec.disk.format = Format::Raw;
+    spec.disk.source = vmbench::storage::rbd::network_source(
+        "rbd",
+        "vmbench-1-x.raw",
+        "169.254.7.2",
+        3300,
+        NetAuth::Cephx {
+            username: "vmbench".into(),
+            secret_usage: "vmbench-ceph-1".into(),
+        },
+    );
+    spec
+}
+
+#[test]
+fn rbd_disks_name_pool_image_monitor_and_the_ceph_secret() {
+    let xml = render(&rbd_spec()).unwrap();
+    let attrs = parse(&xml);
+    assert_eq!(attr(&attrs, "source", "protocol"), vec!["rbd"], "{xml}");
+    assert_eq!(attr(&attrs, "source", "name"), vec!["rbd/vmbench-1-x.raw"]);
+    assert_eq!(attr(&attrs, "host", "name"), vec!["169.254.7.2"]);
+    assert_eq!(attr(&attrs, "host", "port"), vec!["3300"]);
+    assert_eq!(attr(&attrs, "auth", "username"), vec!["vmbench"]);
+    assert_eq!(attr(&attrs, "secret", "type"), vec!["ceph"]);
+    assert_eq!(attr(&attrs, "secret", "usage"), vec!["vmbench-ceph-1"]);
+    assert!(!xml.contains("key"), "{xml}");
+}
+
+#[test]
+#[ignore = "host: virt-xml-validate"]
+fn rbd_disks_validate_against_libvirts_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rbd.xml");
+    std::fs::write(&path, render(&rbd_spec()).unwrap()).unwrap();
+    validate(&path).unwrap();
+}
+
 fn base() -> DomainSpec {
     cases()[0].spec("vmbench-errors")
 }

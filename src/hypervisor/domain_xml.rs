@@ -509,6 +509,7 @@ fn source(src: &DiskSource) -> Result<(&'static str, Source<'_>), DomainXmlError
             let protocol = match protocol {
                 NetProtocol::Nfs => "nfs",
                 NetProtocol::Iscsi => "iscsi",
+                NetProtocol::Rbd => "rbd",
             };
             let host = Some(Host {
                 name: host,
@@ -555,21 +556,30 @@ fn net_auth(protocol: NetProtocol, auth: Option<&NetAuth>) -> (Option<Identity>,
                 username,
                 secret_usage,
             }),
-        ) => (
-            None,
-            Some(Auth {
-                username: username.clone(),
-                secret: AuthSecret {
-                    kind: "iscsi",
-                    usage: secret_usage.clone(),
-                },
+        ) => (None, Some(secret_auth("iscsi", username, secret_usage))),
+        (
+            NetProtocol::Rbd,
+            Some(NetAuth::Cephx {
+                username,
+                secret_usage,
             }),
-        ),
-        (NetProtocol::Iscsi, _) => (None, None),
+        ) => (None, Some(secret_auth("ceph", username, secret_usage))),
+        (NetProtocol::Iscsi | NetProtocol::Rbd, _) => (None, None),
     }
 }
 
-/// An absolute, UTF-8, control-character-free path as a string.
+/// `<auth username=...><secret type=KIND usage=.../></auth>`: the secret by its usage, never
+/// its value.
+fn secret_auth(kind: &'static str, username: &str, usage: &str) -> Auth {
+    Auth {
+        username: username.to_string(),
+        secret: AuthSecret {
+            kind,
+            usage: usage.to_string(),
+        },
+    }
+}
+
 /// `<emulator>`: the QEMU binary of an in-run A/B side, for the hypervisors that take one.
 fn emulator(spec: &DomainSpec) -> Result<Option<&str>, DomainXmlError> {
     let Some(path) = &spec.emulator else {
@@ -581,6 +591,7 @@ fn emulator(spec: &DomainSpec) -> Result<Option<&str>, DomainXmlError> {
     abs_path("emulator", path).map(Some)
 }
 
+/// An absolute, UTF-8, control-character-free path as a string.
 fn abs_path<'a>(what: &'static str, path: &'a Path) -> Result<&'a str, DomainXmlError> {
     let s = path.to_str().ok_or_else(|| DomainXmlError::NonUtf8Path {
         what,

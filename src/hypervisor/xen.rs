@@ -71,10 +71,13 @@ pub fn datapath(source: &DiskSource, format: Format) -> Result<Datapath, Skip> {
         // An image file is never a block device: blkback cannot serve it, QEMU in dom0 can.
         DiskSource::File { .. } => Ok(Datapath::Qdisk),
         DiskSource::Block { .. } => Ok(block_datapath(format)),
-        DiskSource::Network { protocol, .. } => Err(match protocol {
-            NetProtocol::Nfs => Skip::NfsUrl,
-            NetProtocol::Iscsi => Skip::IscsiUrl,
-        }),
+        DiskSource::Network { protocol, .. } => match protocol {
+            NetProtocol::Nfs => Err(Skip::NfsUrl),
+            NetProtocol::Iscsi => Err(Skip::IscsiUrl),
+            // libvirt's libxl driver hands an RBD source (with its cephx secret) to QEMU's
+            // qdisk in dom0, whose librbd reaches the monitors itself.
+            NetProtocol::Rbd => Ok(Datapath::Qdisk),
+        },
         DiskSource::SharedDir { .. } => Err(Skip::SharedDir),
     }
 }

@@ -72,6 +72,8 @@ pub struct CellEnv<'a> {
     pub cancel: &'a Cancel,
     /// The embedded storage server serving this cell, if any: (name, pid).
     pub server: Option<(&'static str, u32)>,
+    /// The server's other processes ([`storage::Opened::companions`]).
+    pub server_companions: &'a [u32],
     /// The host half of the provenance (filled once per run).
     pub provenance: &'a Provenance,
 }
@@ -276,6 +278,7 @@ impl CellCtx<'_, '_> {
                 .then(|| b.dom.qemu_pid())
                 .flatten(),
             server_pid: self.env.server.map(|s| s.1),
+            server_companions: self.env.server_companions.to_vec(),
             server_name: self.env.server.map(|s| s.0),
             not_local: b.dom.not_local(),
         };
@@ -729,7 +732,7 @@ async fn sample_window(
                 Some(_) => continue,
             },
             _ = tick.tick() => {
-                if let Some(kib) = src.server_pid.and_then(metrics::proc::rss_kib) {
+                if let Some(kib) = metrics::server_rss_kib(&src) {
                     w.peak_rss_kib = Some(w.peak_rss_kib.unwrap_or(0).max(kib));
                 }
             }

@@ -848,11 +848,23 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap_err();
-        assert!(e.to_string().contains("layout xfs needs a disk of at least 300 MiB"), "{e}");
-        let e = parse("layout = [\"lvm-xfs\"]\ndisk_mib = 299\n").unwrap().validate();
+        assert!(
+            e.to_string()
+                .contains("layout xfs needs a disk of at least 300 MiB"),
+            "{e}"
+        );
+        let e = parse("layout = [\"lvm-xfs\"]\ndisk_mib = 299\n")
+            .unwrap()
+            .validate();
         assert!(e.is_err());
-        parse("layout = [\"xfs\"]\ndisk_mib = 300\n").unwrap().validate().unwrap();
-        parse("layout = [\"ext4\"]\ndisk_mib = 128\n").unwrap().validate().unwrap();
+        parse("layout = [\"xfs\"]\ndisk_mib = 300\n")
+            .unwrap()
+            .validate()
+            .unwrap();
+        parse("layout = [\"ext4\"]\ndisk_mib = 128\n")
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -210,6 +210,19 @@ pub enum Skip {
     /// QEMU or the hypervisor refuses the combination.
     #[error(transparent)]
     Rule(crate::hypervisor::SkipReason),
+    /// The backend does not make images of this format.
+    #[error(
+        "the {backend} backend makes {} images only, not {asked}",
+        .made.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Format {
+        /// The backend.
+        backend: Backend,
+        /// The format asked for.
+        asked: crate::cell::Format,
+        /// The formats it makes.
+        made: &'static [crate::cell::Format],
+    },
 }
 
 impl Skip {
@@ -218,7 +231,7 @@ impl Skip {
         use crate::results::SkipKind;
         match self {
             Skip::DefaultHostOnly(_) | Skip::Remote { .. } => SkipKind::RemoteHost,
-            Skip::Rule(_) => SkipKind::Rule,
+            Skip::Rule(_) | Skip::Format { .. } => SkipKind::Rule,
         }
     }
 }
@@ -227,6 +240,14 @@ impl Skip {
 pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     if let Some(r) = remote_reason(cell, cfg) {
         return Some(r);
+    }
+    let made = crate::storage::descriptor(cell.backend).formats();
+    if !made.contains(&cell.format) {
+        return Some(Skip::Format {
+            backend: cell.backend,
+            asked: cell.format,
+            made,
+        });
     }
     // Only the kind of source matters to the rules, not the run's directories.
     let root = std::path::Path::new("/");
@@ -410,6 +431,27 @@ mod tests {
         assert!(
             why.to_string().contains("io=native needs cache=none"),
             "{why}"
+        );
+    }
+
+    /// A backend that makes raw images only (rbd): its qcow2 cells are skipped at plan time,
+    /// with the formats it makes, not failed after a boot.
+    #[test]
+    fn formats_a_backend_does_not_make_are_skipped_with_the_valid_ones() {
+        let cfg = MatrixConfig {
+            backend: vec![Backend::Rbd, Backend::Local],
+            format: vec![Format::Qcow2, Format::Raw],
+            ..Default::default()
+        };
+        let p = expand(&cfg);
+        assert_eq!(p.cells.len(), 3);
+        assert_eq!(p.skipped.len(), 1);
+        let (cell, why) = &p.skipped[0];
+        assert_eq!((cell.backend, cell.format), (Backend::Rbd, Format::Qcow2));
+        assert_eq!(why.kind(), crate::results::SkipKind::Rule);
+        assert_eq!(
+            why.to_string(),
+            "the rbd backend makes raw images only, not qcow2"
         );
     }
 

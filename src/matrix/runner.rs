@@ -575,8 +575,8 @@ impl RunCtx {
             &shared.work,
             &disks,
         );
-        let (mut backend, server) = match opened {
-            Ok(o) => (o.backend, o.server),
+        let (mut backend, server, companions) = match opened {
+            Ok(o) => (o.backend, o.server, o.companions),
             Err(OpenError::Failed(source)) => {
                 return Some(failed(cell, repeat, CellError::Backend(source)))
             }
@@ -610,6 +610,7 @@ impl RunCtx {
             ui: &on.ui,
             cancel: &self.cancel,
             server,
+            server_companions: &companions,
             provenance: &prov,
         };
         let mut result =

@@ -41,6 +41,9 @@ pub struct Sources {
     pub qemu_pid: Option<u32>,
     /// The embedded storage server's pid (ganesha or tgtd), when one serves this cell.
     pub server_pid: Option<u32>,
+    /// The server's other processes (the Ceph monitor beside the OSD): their CPU and memory
+    /// count as the server's.
+    pub server_companions: Vec<u32>,
     /// Name of the server, for labels.
     pub server_name: Option<&'static str>,
     /// Why QEMU's `/proc` figures cannot be read here (QEMU runs on a remote libvirt host).
@@ -59,9 +62,35 @@ pub fn snapshot(
         domain_cpu,
         not_local: src.not_local.clone(),
         qemu: src.qemu_pid.and_then(proc::cpu_ticks),
-        server: src.server_pid.and_then(proc::cpu_ticks),
+        server: server_ticks(src),
         block,
     }
+}
+
+/// The server's CPU ticks, its companions' added (one that is gone adds nothing); `None`
+/// without a server or when the server itself is gone.
+fn server_ticks(src: &Sources) -> Option<proc::CpuTicks> {
+    let mut t = src.server_pid.and_then(proc::cpu_ticks)?;
+    for c in src
+        .server_companions
+        .iter()
+        .filter_map(|p| proc::cpu_ticks(*p))
+    {
+        t.utime += c.utime;
+        t.stime += c.stime;
+    }
+    Some(t)
+}
+
+/// The server's resident memory now, its companions' added, in KiB.
+pub fn server_rss_kib(src: &Sources) -> Option<u64> {
+    let main = src.server_pid.and_then(proc::rss_kib)?;
+    let more: u64 = src
+        .server_companions
+        .iter()
+        .filter_map(|p| proc::rss_kib(*p))
+        .sum();
+    Some(main + more)
 }
 
 /// The host-side metrics between two snapshots, plus the server's peak RSS seen by `rss`.

@@ -245,29 +245,68 @@ impl Drop for RunChap {
     }
 }
 
-/// A libvirt secret of usage type iscsi holding a CHAP secret; undefined on drop.
+/// The usage types of the libvirt secrets vmbench defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretType {
+    /// An iSCSI CHAP secret (`<usage type='iscsi'><target>`).
+    Iscsi,
+    /// A Ceph client's cephx key (`<usage type='ceph'><name>`): its value is the key's bytes,
+    /// the base64 that `ceph auth get-key` prints, decoded.
+    Ceph,
+}
+
+impl SecretType {
+    const ALL: [SecretType; 2] = [SecretType::Iscsi, SecretType::Ceph];
+
+    fn libvirt(self) -> i32 {
+        match self {
+            SecretType::Iscsi => virt::sys::VIR_SECRET_USAGE_TYPE_ISCSI as i32,
+            SecretType::Ceph => virt::sys::VIR_SECRET_USAGE_TYPE_CEPH as i32,
+        }
+    }
+
+    /// The secret's XML; `usage` is a name vmbench made (prefix and tag: no markup).
+    fn xml(self, usage: &str) -> String {
+        let (kind, element, what) = match self {
+            SecretType::Iscsi => ("iscsi", "target", "iSCSI CHAP"),
+            SecretType::Ceph => ("ceph", "name", "Ceph cephx key"),
+        };
+        format!(
+            "<secret ephemeral='yes' private='yes'><description>vmbench {what} (one \
+             run)</description><usage type='{kind}'><{element}>{usage}</{element}></usage></secret>"
+        )
+    }
+}
+
+/// A libvirt secret of vmbench's (an iSCSI CHAP secret, a cephx key); undefined on drop.
 #[derive(Debug)]
 pub struct LibvirtSecret {
     usage: String,
 }
 
 impl LibvirtSecret {
-    /// Defines an ephemeral, private secret with usage `usage` and sets its value.
+    /// Defines an ephemeral, private iSCSI secret with usage `usage` holding `chap`'s secret.
     pub fn define(usage: &str, chap: &Chap) -> Result<LibvirtSecret, StorageError> {
+        Self::define_value(SecretType::Iscsi, usage, chap.secret().as_bytes())
+    }
+
+    /// Defines an ephemeral, private secret of type `kind` with usage `usage` and sets its
+    /// value.
+    pub fn define_value(
+        kind: SecretType,
+        usage: &str,
+        value: &[u8],
+    ) -> Result<LibvirtSecret, StorageError> {
         let conn = connect()?;
-        let xml = format!(
-            "<secret ephemeral='yes' private='yes'><description>vmbench iSCSI CHAP \
-             (one run)</description><usage type='iscsi'><target>{usage}</target></usage></secret>"
-        );
-        let r = virt::secret::Secret::define_xml(&conn, &xml, 0).and_then(|s| {
-            let set = s.set_value(chap.secret().as_bytes(), 0);
+        let r = virt::secret::Secret::define_xml(&conn, &kind.xml(usage), 0).and_then(|s| {
+            let set = s.set_value(value, 0);
             if set.is_err() {
                 let _ = s.undefine();
             }
             set
         });
         close(conn);
-        r.map_err(|e| libvirt_error("defining the iSCSI CHAP secret", e))?;
+        r.map_err(|e| libvirt_error("defining a libvirt secret", e))?;
         Ok(LibvirtSecret {
             usage: usage.to_string(),
         })
@@ -285,19 +324,19 @@ impl Drop for LibvirtSecret {
     }
 }
 
-/// Undefines the iscsi secret with usage `usage`; `Ok(false)` when there is none.
+/// Undefines vmbench's secret (of any [`SecretType`]) with usage `usage`; `Ok(false)` when
+/// there is none.
 pub fn undefine(usage: &str) -> Result<bool, StorageError> {
     let conn = connect()?;
-    let r = match virt::secret::Secret::lookup_by_usage(
-        &conn,
-        virt::sys::VIR_SECRET_USAGE_TYPE_ISCSI as i32,
-        usage,
-    ) {
-        Ok(s) => s.undefine().map(|()| true),
-        Err(_) => Ok(false),
+    let found = SecretType::ALL
+        .iter()
+        .find_map(|t| virt::secret::Secret::lookup_by_usage(&conn, t.libvirt(), usage).ok());
+    let r = match found {
+        Some(s) => s.undefine().map(|()| true),
+        None => Ok(false),
     };
     close(conn);
-    r.map_err(|e| libvirt_error("undefining the iSCSI CHAP secret", e))
+    r.map_err(|e| libvirt_error("undefining a libvirt secret", e))
 }
 
 /// Usage names of every libvirt secret vmbench defined ([`USAGE_PREFIX`]) that still exists.

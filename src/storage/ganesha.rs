@@ -84,7 +84,7 @@ impl Ganesha {
         let conf = work_dir.join("ganesha.conf");
         let log = work_dir.join("ganesha.log");
         let pid_file = work_dir.join("ganesha.pid");
-        write_file(&conf, &config_text(&export_dir, net.addrs()))?;
+        cmd::write_file(&conf, &config_text(&export_dir, net.addrs()))?;
         let rpcbind = start_rpcbind(&net, &run_dir, &log)?;
         let mut g = Ganesha {
             export_dir,
@@ -314,28 +314,10 @@ pub fn restrict_image(path: &Path) -> Result<(), StorageError> {
     })
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), StorageError> {
-    std::fs::write(path, text).map_err(|source| StorageError::Io {
-        context: format!("writing {}", path.display()),
-        source,
-    })
-}
-
-fn open_log(log: &Path) -> Result<std::fs::File, StorageError> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|source| StorageError::Io {
-            context: format!("opening {}", log.display()),
-            source,
-        })
-}
-
 /// Starts `rpcbind -f` in `net` with the private /run `run_dir`, and waits until it listens on
 /// the namespace's address.
 fn start_rpcbind(net: &NetNs, run_dir: &Path, log: &Path) -> Result<Child, StorageError> {
-    let err = open_log(log)?;
+    let err = cmd::open_log(log)?;
     let mut child = net
         .command("rpcbind", Some(run_dir))?
         .arg("-f")
@@ -379,7 +361,7 @@ fn spawn_ganesha(
     log: &Path,
     pid_file: &Path,
 ) -> Result<Child, StorageError> {
-    let err = open_log(log)?;
+    let err = cmd::open_log(log)?;
     net.command("ganesha.nfsd", Some(run_dir))?
         .arg("-F")
         .arg("-f")

@@ -304,6 +304,7 @@ impl super::BackendKind for Kind {
         Ok(super::Opened {
             backend: Box::new(b),
             server,
+            companions: vec![],
         })
     }
 

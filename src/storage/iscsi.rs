@@ -674,6 +674,7 @@ impl super::BackendKind for Kind {
             return Ok(super::Opened {
                 backend: Box::new(IscsiBackend::embedded(t)),
                 server,
+                companions: vec![],
             });
         };
         let chap = match &opts.iscsi_chap_file {

@@ -83,6 +83,12 @@ pub trait BackendKind: Sync {
         false
     }
 
+    /// The image formats it makes (a cell of another format is skipped at plan time, with
+    /// these as the valid ones). Default: every format.
+    fn formats(&self) -> &'static [crate::cell::Format] {
+        crate::cell::Format::ALL
+    }
+
     /// Whether the guest gets a shared host directory to mount instead of a disk.
     fn shares_directory(&self) -> bool {
         false
@@ -127,6 +133,7 @@ pub fn descriptor(backend: Backend) -> &'static dyn BackendKind {
         Backend::Iscsi => &super::iscsi::KIND,
         Backend::Lvm => &super::lvm::KIND,
         Backend::Hostdir => &super::hostdir::KIND,
+        Backend::Rbd => &super::rbd::KIND,
         #[cfg(test)]
         Backend::Toy => &super::toy::KIND,
     }

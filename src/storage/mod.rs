@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod block;
+pub mod ceph;
 pub mod chap;
 pub mod cmd;
 pub mod firewall;
@@ -26,6 +27,7 @@ pub mod netns;
 pub mod nfs;
 pub mod options;
 pub mod pool;
+pub mod rbd;
 pub mod servers;
 #[doc(hidden)]
 pub mod testutil;
@@ -55,6 +57,14 @@ pub enum Unsupported {
     /// The disk directory on this machine cannot serve the cell ([`local::dir_problem`]).
     #[error("{0}")]
     Dir(String),
+    /// The embedded server's programs, or QEMU's driver to reach it, are not installed.
+    #[error("{detail} (scripts/setup-host installs it: apt-get install {install})")]
+    NoServer {
+        /// What is missing ([`servers::installed`]'s answer).
+        detail: String,
+        /// The Debian packages to install.
+        install: &'static str,
+    },
     /// The block device may not be destroyed ([`block::BlockBackend::refusals`], joined).
     #[error("{}", .0.join("; "))]
     DeviceRefused(Vec<String>),
@@ -206,7 +216,7 @@ pub enum DiskSource {
     },
     /// `<disk type='network'><source protocol=... name=...><host .../></source>`.
     Network {
-        /// `nfs` or `iscsi`.
+        /// `nfs`, `iscsi` or `rbd`.
         protocol: NetProtocol,
         /// libvirt's `name`: the export path + file for NFS, `IQN/LUN` for iSCSI.
         name: String,
@@ -248,6 +258,13 @@ pub enum NetAuth {
         /// The usage name of the libvirt secret that holds the CHAP secret.
         secret_usage: String,
     },
+    /// Ceph cephx: `<auth username=...><secret type='ceph' usage=.../></auth>`.
+    Cephx {
+        /// The client id, without `client.`.
+        username: String,
+        /// The usage name of the libvirt secret that holds the client's key.
+        secret_usage: String,
+    },
 }
 
 /// Network disk protocols QEMU reaches in user space.
@@ -258,6 +275,8 @@ pub enum NetProtocol {
     Nfs,
     /// iSCSI through libiscsi.
     Iscsi,
+    /// Ceph RBD through librbd (`name` is `POOL/IMAGE`, the host a monitor).
+    Rbd,
 }
 
 /// A provisioned disk, ready to be put in a domain.
@@ -299,6 +318,9 @@ pub struct Opened {
     pub backend: Box<dyn StorageBackend>,
     /// The embedded server it uses.
     pub server: Option<(&'static str, u32)>,
+    /// The server's other processes (the Ceph monitor beside the OSD): their CPU and memory
+    /// are the server's too.
+    pub companions: Vec<u32>,
 }
 
 /// Builds `backend` from the configuration, starting its embedded server on first use. `work` is
@@ -324,6 +346,7 @@ impl Opened {
         Opened {
             backend,
             server: None,
+            companions: vec![],
         }
     }
 }

@@ -588,6 +588,7 @@ impl super::BackendKind for Kind {
                 super::Opened {
                     backend: Box::new(NfsBackend::embedded(g)),
                     server,
+                    companions: vec![],
                 }
             }
         })

@@ -8,6 +8,7 @@
 //! A server that could not start fails every later cell that needs it with the same reason,
 //! without retrying each time (a missing binary or a busy port will not fix itself mid-run).
 
+use super::ceph::Ceph;
 use super::chap::RunChap;
 use super::ganesha::Ganesha;
 use super::netns::NetNs;
@@ -97,6 +98,40 @@ impl EmbeddedServer for Tgt {
     }
 }
 
+/// Named by path: the `use` lines are left to whoever adds Ceph's slot.
+impl EmbeddedServer for Ceph {
+    const NAME: &'static str = "ceph";
+    /// The OSD's package; ceph-mon and ceph-common (the `ceph` and `rbd` tools) come with it
+    /// in scripts/setup-host.
+    const PACKAGE: &'static str = "ceph-osd";
+    const BINARY: &'static str = "ceph-osd";
+    const QEMU_MODULE: &'static str = "block-rbd.so";
+    /// `ceph version 16.2.15 (618f...) pacific (stable)` gives `16.2.15`.
+    fn parse_version(out: &str) -> Option<String> {
+        let v = out
+            .split_once("ceph version ")?
+            .1
+            .split_whitespace()
+            .next()?;
+        Some(v.to_string())
+    }
+    fn start(dir: &Path, net: Arc<NetNs>) -> Result<Self, StorageError> {
+        super::ceph::Ceph::start(dir, net)
+    }
+    fn pid(&self) -> u32 {
+        super::ceph::Ceph::pid(self)
+    }
+    fn alive(&self) -> bool {
+        super::ceph::Ceph::alive(self)
+    }
+    fn log_path(&self) -> &Path {
+        super::ceph::Ceph::log_path(self)
+    }
+    fn stop(&self) {
+        super::ceph::Ceph::stop(self)
+    }
+}
+
 /// Why a cell's storage cannot be opened.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum OpenError {
@@ -157,6 +192,7 @@ impl<T: EmbeddedServer> Slot<T> {
 struct OnLink {
     ganesha: Slot<Ganesha>,
     tgt: Slot<Tgt>,
+    ceph: Slot<Ceph>,
 }
 
 /// The matrix's embedded servers, one of each kind per link at most; stopped when dropped (each
@@ -212,6 +248,12 @@ impl Servers {
         let net = net_of(&mut self.nets, &self.run, link);
         slots(&mut self.links, &self.dir, link).tgt.get(net)
     }
+
+    /// The embedded Ceph cluster (monitor and OSD) on `link`.
+    pub fn ceph(&mut self, link: Link) -> Result<Arc<Ceph>, OpenError> {
+        let net = net_of(&mut self.nets, &self.run, link);
+        slots(&mut self.links, &self.dir, link).ceph.get(net)
+    }
 }
 
 /// A maker of `link`'s namespace: the live one, or a new one.
@@ -241,6 +283,7 @@ fn slots<'a>(links: &'a mut BTreeMap<Link, OnLink>, dir: &Path, link: Link) -> &
         OnLink {
             ganesha: Slot::new(sub("ganesha")),
             tgt: Slot::new(sub("tgt")),
+            ceph: Slot::new(sub("ceph")),
         }
     })
 }
@@ -299,9 +342,11 @@ pub fn version_of(name: &str) -> Option<String> {
     use std::sync::OnceLock;
     static GANESHA: OnceLock<String> = OnceLock::new();
     static TGT: OnceLock<String> = OnceLock::new();
+    static CEPH: OnceLock<String> = OnceLock::new();
     match name {
         Ganesha::NAME => Some(GANESHA.get_or_init(version::<Ganesha>).clone()),
         Tgt::NAME => Some(TGT.get_or_init(version::<Tgt>).clone()),
+        Ceph::NAME => Some(CEPH.get_or_init(version::<Ceph>).clone()),
         _ => None,
     }
 }

@@ -134,6 +134,11 @@ impl super::BackendKind for Kind {
         Some("toy cells run on this machine only (the file is made here)")
     }
 
+    /// A sparse file is raw.
+    fn formats(&self) -> &'static [Format] {
+        &[Format::Raw]
+    }
+
     fn plan_source(
         &self,
         _opts: &super::options::StorageConfig,
@@ -176,7 +181,7 @@ mod tests {
         assert_eq!(Backend::ALL.last(), Some(&Backend::Toy));
         assert_eq!(" toy ".parse::<Backend>().unwrap(), Backend::Toy);
         let e = "toys".parse::<Backend>().unwrap_err().to_string();
-        assert!(e.ends_with("lvm, hostdir, toy)"), "{e}");
+        assert!(e.ends_with("lvm, hostdir, rbd, toy)"), "{e}");
         let json = serde_json::to_string(&Backend::Toy).unwrap();
         assert_eq!(json, "\"toy\"");
         assert_eq!(

@@ -196,7 +196,7 @@ impl Scratch {
             .collect();
         assert!(ours.is_empty(), "network namespaces left: {ours:?}");
         let here = self.dir.path().to_string_lossy().into_owned();
-        for comm in ["ganesha.nfsd", "tgtd"] {
+        for comm in ["ganesha.nfsd", "tgtd", "ceph-mon", "ceph-osd"] {
             let ours: Vec<u32> = pids_named(comm)
                 .into_iter()
                 .filter(|p| opens_under(*p, &here))

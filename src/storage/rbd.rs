@@ -1,0 +1,327 @@
+//! Ceph RBD images (`--backend rbd`): the disk layout most OpenStack clouds use. Each cell's
+//! disk is a raw RBD image in the pool of the run's embedded single-host cluster
+//! ([`super::ceph`]: one monitor, one BlueStore OSD in a sparse file, in the run's network
+//! namespace, cephx required). QEMU reaches it with its own librbd (`<source protocol='rbd'>`),
+//! as a cephx client whose key lives only in an ephemeral, private libvirt secret of usage type
+//! `ceph`, defined for the cell and undefined at its teardown: no other local user gets in
+//! without the key, and the key never enters a domain XML or a command line.
+//!
+//! RBD images are raw: Nova and Cinder refuse a qcow2 on RBD (the copy-on-write is RBD's own,
+//! by cloning a protected snapshot), so a qcow2 cell is refused.
+
+use super::ceph::Ceph;
+use super::chap::{LibvirtSecret, SecretType};
+use super::{DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError};
+use super::{Unsupported, PLANNED_TAG};
+use crate::cell::{Cell, Format};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The usage names of vmbench's cephx secrets start with this (`vmbench cleanup` undefines
+/// only such names).
+pub const USAGE_PREFIX: &str = "vmbench-ceph-";
+
+/// The directory (under a run's `servers/`) holding one file per defined secret, named after
+/// its usage, so `vmbench cleanup` can undefine it after a kill -9.
+pub const SECRETS_DIR: &str = "ceph-secrets";
+
+/// What one cell made: the image, and the libvirt secret QEMU logs in with.
+#[derive(Debug)]
+struct Made {
+    image: String,
+    secret: Option<LibvirtSecret>,
+    usage_file: PathBuf,
+}
+
+/// RBD images on the run's embedded cluster.
+#[derive(Debug)]
+pub struct RbdBackend {
+    ceph: Arc<Ceph>,
+    secrets_dir: PathBuf,
+    made: Vec<Made>,
+}
+
+impl RbdBackend {
+    /// Images on `ceph`; usage files of the secrets in `secrets_dir`.
+    pub fn embedded(ceph: Arc<Ceph>, secrets_dir: PathBuf) -> RbdBackend {
+        RbdBackend {
+            ceph,
+            secrets_dir,
+            made: Vec::new(),
+        }
+    }
+
+    /// Defines the cell's secret, its usage written first so a kill -9 leaves a trace.
+    fn define_secret(&self, tag: &str) -> Result<(LibvirtSecret, PathBuf), StorageError> {
+        use base64::Engine;
+        let usage = format!("{USAGE_PREFIX}{tag}");
+        let io = |what: String| {
+            move |source| StorageError::Io {
+                context: what,
+                source,
+            }
+        };
+        std::fs::create_dir_all(&self.secrets_dir)
+            .map_err(io(format!("creating {}", self.secrets_dir.display())))?;
+        let file = self.secrets_dir.join(&usage);
+        std::fs::write(&file, &usage).map_err(io(format!("writing {}", file.display())))?;
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(self.ceph.client_key().trim())
+            .map_err(|e| StorageError::Invalid(format!("the cluster's client key: {e}")))?;
+        match LibvirtSecret::define_value(SecretType::Ceph, &usage, &key) {
+            Ok(s) => Ok((s, file)),
+            Err(e) => {
+                let _ = std::fs::remove_file(&file);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The image size in MiB (what `rbd create --size` counts in), rounded up.
+fn size_mib(bytes: u64) -> u64 {
+    bytes.div_ceil(1 << 20).max(1)
+}
+
+/// libvirt's view of image `image` in `pool` on the monitor `host:port`, as `auth`'s client.
+pub fn network_source(pool: &str, image: &str, host: &str, port: u16, auth: NetAuth) -> DiskSource {
+    DiskSource::Network {
+        protocol: NetProtocol::Rbd,
+        name: format!("{pool}/{image}"),
+        host: host.to_string(),
+        port: Some(port),
+        auth: Some(auth),
+    }
+}
+
+impl StorageBackend for RbdBackend {
+    fn check(&self) -> Result<(), Unsupported> {
+        if !self.ceph.alive() {
+            return Err(Unsupported::ServerGone {
+                server: "ceph-osd",
+                pid: self.ceph.pid(),
+            });
+        }
+        Ok(())
+    }
+
+    fn provision(
+        &mut self,
+        cell: &Cell,
+        size_bytes: u64,
+        _work: &Path,
+    ) -> Result<ProvisionedDisk, StorageError> {
+        self.check()?;
+        if cell.format != Format::Raw {
+            return Err(Unsupported::FormatRefused {
+                backend: "rbd",
+                only: Format::Raw,
+                asked: cell.format,
+            }
+            .into());
+        }
+        let tag = super::cmd::unique_tag();
+        let image = super::image_name(&tag, cell);
+        let pool = self.ceph.pool().to_string();
+        let spec = format!("{pool}/{image}");
+        let mib = size_mib(size_bytes).to_string();
+        self.ceph.rbd(&["create", "--size", &mib, &spec])?;
+        self.made.push(Made {
+            image: spec.clone(),
+            secret: None,
+            usage_file: PathBuf::new(),
+        });
+        let (secret, usage_file) = self.define_secret(&tag)?;
+        let auth = NetAuth::Cephx {
+            username: self.ceph.client_id().to_string(),
+            secret_usage: secret.usage().to_string(),
+        };
+        if let Some(m) = self.made.last_mut() {
+            m.secret = Some(secret);
+            m.usage_file = usage_file;
+        }
+        let host = self.ceph.mon_host().to_string();
+        let port = self.ceph.mon_port();
+        let params = BTreeMap::from([
+            ("protocol".to_string(), "rbd".to_string()),
+            ("mode".to_string(), "embedded".to_string()),
+            ("server".to_string(), host.clone()),
+            ("port".to_string(), port.to_string()),
+            ("pool".to_string(), pool.clone()),
+            ("image".to_string(), spec),
+            (
+                "cephx_client".to_string(),
+                self.ceph.client_id().to_string(),
+            ),
+            ("link".to_string(), self.ceph.net().link().to_string()),
+            (
+                "server_software".to_string(),
+                "ceph (mon + BlueStore osd)".into(),
+            ),
+            ("server_pid".to_string(), self.ceph.pid().to_string()),
+            ("ceph_mon_pid".to_string(), self.ceph.mon_pid().to_string()),
+        ]);
+        Ok(ProvisionedDisk {
+            source: network_source(&pool, &image, &host, port, auth),
+            format: Format::Raw,
+            size_bytes: size_mib(size_bytes) << 20,
+            host_path: None,
+            params,
+        })
+    }
+
+    fn teardown(&mut self) -> Result<(), StorageError> {
+        while let Some(m) = self.made.last_mut() {
+            // The secret first: it goes even when the image cannot (a cluster killed mid-run
+            // took its images with it).
+            drop(m.secret.take());
+            if !m.usage_file.as_os_str().is_empty() {
+                let _ = std::fs::remove_file(&m.usage_file);
+            }
+            if self.ceph.alive() {
+                self.ceph.rbd(&["rm", "--no-progress", &m.image])?;
+            }
+            self.made.pop();
+        }
+        Ok(())
+    }
+}
+
+/// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
+impl Drop for RbdBackend {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// The `rbd` backend's descriptor ([`super::BackendKind`]).
+pub struct Kind;
+
+/// The one instance [`super::descriptor`] hands out.
+pub static KIND: Kind = Kind;
+
+impl super::BackendKind for Kind {
+    fn backend(&self) -> crate::cell::Backend {
+        crate::cell::Backend::Rbd
+    }
+
+    fn net_protocol(&self) -> Option<NetProtocol> {
+        Some(NetProtocol::Rbd)
+    }
+
+    fn embedded_server(&self) -> Option<&'static str> {
+        Some(<Ceph as super::servers::EmbeddedServer>::NAME)
+    }
+
+    fn remote_blocker(
+        &self,
+        _opts: &super::options::StorageConfig,
+    ) -> Option<super::RemoteBlocker> {
+        Some(super::RemoteBlocker::EmbeddedServer(self.backend()))
+    }
+
+    fn plan_source(
+        &self,
+        _opts: &super::options::StorageConfig,
+        cell: &Cell,
+        _work: &Path,
+        _servers: &Path,
+    ) -> DiskSource {
+        network_source(
+            super::ceph::POOL,
+            &super::image_name(PLANNED_TAG, cell),
+            super::netns::PLANNED_SERVER,
+            super::ceph::MON_PORT,
+            NetAuth::Cephx {
+                username: super::ceph::CLIENT_ID.into(),
+                secret_usage: format!("{USAGE_PREFIX}{PLANNED_TAG}"),
+            },
+        )
+    }
+
+    fn open(
+        &self,
+        _opts: &super::options::StorageConfig,
+        link: crate::cell::Link,
+        servers: &mut super::servers::Servers,
+        _work: &Path,
+        _disks: &super::pool::PoolPlace,
+    ) -> Result<super::Opened, super::servers::OpenError> {
+        super::servers::installed::<Ceph>().map_err(|detail| {
+            super::servers::OpenError::Unsupported(Unsupported::NoServer {
+                detail,
+                install: "--no-install-recommends ceph-mon ceph-osd ceph-common",
+            })
+        })?;
+        let ceph = servers.ceph(link)?;
+        let server = Some(super::servers::identity(ceph.as_ref()));
+        let secrets = servers.log_dir(SECRETS_DIR);
+        Ok(super::Opened {
+            companions: vec![ceph.mon_pid()],
+            backend: Box::new(RbdBackend::embedded(ceph, secrets)),
+            server,
+        })
+    }
+
+    fn host_support(&self) -> Result<String, String> {
+        super::servers::installed::<Ceph>()
+    }
+
+    fn leftover_processes(&self) -> &'static [&'static str] {
+        &["ceph-mon", "ceph-osd"]
+    }
+
+    /// RBD images are raw: the copy-on-write is RBD's own (a clone of a protected snapshot),
+    /// and Nova and Cinder refuse a qcow2 on RBD.
+    fn formats(&self) -> &'static [Format] {
+        &[Format::Raw]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_round_up_to_whole_mib() {
+        assert_eq!(size_mib(1), 1);
+        assert_eq!(size_mib(1 << 20), 1);
+        assert_eq!(size_mib((1 << 20) + 1), 2);
+        assert_eq!(size_mib(1024 << 20), 1024);
+    }
+
+    #[test]
+    fn the_planned_source_names_pool_image_monitor_and_secret_never_the_key() {
+        let cell = Cell {
+            backend: crate::cell::Backend::Rbd,
+            format: Format::Raw,
+            ..Cell::default()
+        };
+        let opts = super::super::options::StorageConfig::default();
+        let src =
+            super::super::BackendKind::plan_source(&KIND, &opts, &cell, "/".as_ref(), "/".as_ref());
+        let DiskSource::Network {
+            protocol,
+            name,
+            port,
+            auth,
+            ..
+        } = src
+        else {
+            panic!("a network disk: {src:?}")
+        };
+        assert_eq!(protocol, NetProtocol::Rbd);
+        assert!(name.starts_with("rbd/vmbench-"), "{name}");
+        assert_eq!(port, Some(3300));
+        let Some(NetAuth::Cephx {
+            username,
+            secret_usage,
+        }) = auth
+        else {
+            panic!("cephx auth")
+        };
+        assert_eq!(username, "vmbench");
+        assert!(secret_usage.starts_with(USAGE_PREFIX));
+    }
+}
