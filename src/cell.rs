@@ -456,6 +456,10 @@ pub struct Cell {
     /// load as the default (libvirt's own binary), which is left out of the JSON.
     #[serde(default, skip_serializing_if = "EmulatorName::is_default")]
     pub emulator: EmulatorName,
+    /// How the disk is made from the run's base image (`--instance-disk`); cells stored before
+    /// the dimension were `flat`, which is left out of the JSON.
+    #[serde(default, skip_serializing_if = "InstanceDisk::is_flat")]
+    pub instance: InstanceDisk,
 }
 
 /// A short user-given name that enters cell ids, file names and metric labels: lowercase
@@ -566,6 +570,7 @@ impl Default for Cell {
             host: HostName::default(),
             link: Link::default(),
             emulator: EmulatorName::default(),
+            instance: InstanceDisk::Flat,
         }
     }
 }
@@ -592,6 +597,9 @@ impl Cell {
             parts.push(self.link.slug());
         }
         let mut id = parts.join("-") + &self.job.slug() + &self.tuning.slug();
+        if self.instance.from_base() {
+            id.push_str(&format!("-from-{}", self.instance));
+        }
         if !self.emulator.is_default() {
             id.push_str(&format!("-emu-{}", self.emulator));
         }
@@ -623,6 +631,7 @@ impl Cell {
         "host",
         "link",
         "emulator",
+        "instance",
     ];
 
     /// The cell's dimensions by name (snake_case, usable as a metric label), in cell-id order.
@@ -659,6 +668,7 @@ impl Cell {
             ("host", self.host.to_string()),
             ("link", self.link.to_string()),
             ("emulator", self.emulator.to_string()),
+            ("instance", self.instance.to_string()),
         ]
     }
 
@@ -680,6 +690,9 @@ impl Cell {
         }
         if self.link.is_shaped() {
             s.push_str(&format!("/{}", self.link));
+        }
+        if self.instance.from_base() {
+            s.push_str(&format!("/{}", self.instance));
         }
         if !self.emulator.is_default() {
             s.push_str(&format!("@{}", self.emulator));
@@ -850,6 +863,35 @@ impl JobOverrides {
             .iter()
             .map(|(k, v)| format!("-{}{}", short(k), v.to_lowercase()))
             .collect()
+    }
+}
+
+dimension!(
+    /// How the instance's disk is made from the run's base image, as a cloud lays out instance
+    /// disks (OpenStack Nova's `images_type`).
+    #[derive(Default)]
+    InstanceDisk, "instance disk" {
+        /// An empty disk of its own, no base (vmbench's first layout).
+        #[default]
+        Flat => "flat",
+        /// A qcow2 whose backing file is the shared base (Nova's `qcow2`, its default).
+        Overlay => "overlay",
+        /// The base copied in full into the disk (Nova's `raw`/`flat`, and `lvm`).
+        Copy => "copy",
+        /// A copy-on-write clone of a protected snapshot of the base (Nova's `rbd`).
+        Clone => "clone",
+    }
+);
+
+impl InstanceDisk {
+    /// `flat`, the default (left out of ids and the JSON).
+    pub fn is_flat(&self) -> bool {
+        *self == InstanceDisk::Flat
+    }
+
+    /// Whether the disk starts from the run's base image.
+    pub fn from_base(self) -> bool {
+        self != InstanceDisk::Flat
     }
 }
 

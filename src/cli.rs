@@ -134,8 +134,15 @@ pub struct MatrixArgs {
     /// Guest disk layouts: raw, ext4, xfs, part-ext4 (one MBR partition), lvm-ext4, lvm-xfs (an LV made in the guest). [default: raw]
     #[arg(long)]
     pub layout: Option<String>,
-    /// Workloads: pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k, bonnie,
-    /// file:PATH (a fio job file). [default: pg-randrw]
+    /// How each disk is made from the run's base image (filled with known data once per run),
+    /// as a cloud lays out instance disks: flat (empty, no base), overlay (qcow2 backed by the
+    /// base: Nova's qcow2), copy (the base copied in full: Nova's raw/flat/lvm), clone (an RBD
+    /// clone of a protected snapshot: Nova's rbd). [default: flat]
+    #[arg(long = "instance-disk", value_name = "KIND,...")]
+    pub instance: Option<String>,
+    /// Workloads: pg-randrw, seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k,
+    /// first-write-4k and base-read-4k (each block once, no prefill: copy-on-write allocation
+    /// and reads served by the base), bonnie, file:PATH (a fio job file). [default: pg-randrw]
     #[arg(long)]
     pub workload: Option<String>,
     /// Repeats of every cell (order reversed on every other repeat): a number, or `auto` to
@@ -618,6 +625,7 @@ fn sweep_lists(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
     list!(cache);
     list!(io);
     list!(layout);
+    list!(instance);
     list!(workload);
     list!(bs);
     list!(iothread);

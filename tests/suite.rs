@@ -26,6 +26,7 @@ mod harness_selftest;
 mod host2;
 mod image_build;
 mod image_modules;
+mod instance_disks;
 mod iscsi_chap;
 mod matrix_backends;
 mod matrix_hosts;

@@ -140,6 +140,7 @@ impl CellCtx<'_, '_> {
         self.timings.run_ms = t.elapsed().as_millis() as u64;
         self.collect(&out)?;
         self.teardown(booted).await?;
+        let allocated = tokio::task::block_in_place(|| backend.allocated_bytes());
         let mut parsed = plan
             .engine
             .parse(&out.artifacts)
@@ -149,6 +150,7 @@ impl CellCtx<'_, '_> {
             .extend(window.finish(parsed.measured_secs, self.cell.hypervisor));
         let split = metrics::split::latency_split(&parsed.metrics);
         parsed.metrics.extend(split);
+        parsed.metrics.extend(allocated.map(allocated_metric));
         self.baseline(&plan, &disk, &mut parsed.metrics);
         Ok(parsed)
     }
@@ -169,7 +171,11 @@ impl CellCtx<'_, '_> {
             backend.provision(self.cell, plan.steps.disk_bytes, &self.work)
         })
         .map_err(CellError::Provision)?;
-        self.timings.provision_ms = t.elapsed().as_millis() as u64;
+        // The run's base, written once, is not one instance's provisioning.
+        let base_ms = (disk.params.get(crate::storage::base::WRITTEN_MS))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        self.timings.provision_ms = (t.elapsed().as_millis() as u64).saturating_sub(base_ms);
         self.params.extend(disk.params.clone());
         self.params
             .insert("disk_bytes".into(), disk.size_bytes.to_string());
@@ -625,6 +631,18 @@ fn domain_spec(
     spec.emulator = cfg.emulator_path(&cell.emulator).map(Path::to_path_buf);
     spec.console_pty = !env.conn.is_local();
     spec
+}
+
+/// The disk's own allocation after the job (an overlay's, not its base's): what one more
+/// instance costs in bytes (`recommend`'s `bytes` objective).
+fn allocated_metric(bytes: u64) -> crate::results::Metric {
+    crate::results::Metric::num(
+        "disk_allocated_mib",
+        "Disk allocated",
+        "MiB",
+        crate::results::Better::Lower,
+        bytes as f64 / (1u64 << 20) as f64,
+    )
 }
 
 /// What the sweep dimensions put into this cell, as params (kept with the result and shown

@@ -140,6 +140,9 @@ pub struct MatrixConfig {
     /// `RATE[+DELAY]` shaped with tc (`100mbit`, `1gbit+0.5ms`). Only nfs and iscsi cells vary
     /// it. Default `["loopback"]`.
     pub link: Vec<Link>,
+    /// How each disk is made from the run's base image: `flat` (empty), `overlay` (qcow2 on
+    /// the base), `copy` (the base copied in full), `clone` (an RBD clone). Default `["flat"]`.
+    pub instance: Vec<crate::cell::InstanceDisk>,
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
     pub test_hooks: super::test_hooks::TestHooks,
@@ -192,6 +195,7 @@ impl Default for MatrixConfig {
             queues: vec![],
             pin: vec![crate::cell::Pin::Off],
             link: vec![Link::Loopback],
+            instance: vec![crate::cell::InstanceDisk::Flat],
             test_hooks: Default::default(),
         }
     }
@@ -414,6 +418,7 @@ impl MatrixConfig {
             ("iothread", self.iothread.is_empty()),
             ("pin", self.pin.is_empty()),
             ("link", self.link.is_empty()),
+            ("instance", self.instance.is_empty()),
         ];
         if let Some((name, _)) = empty.iter().find(|(_, e)| *e) {
             return Err(ConfigError::Invalid(format!(

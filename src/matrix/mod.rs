@@ -81,6 +81,7 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
                                             host: Default::default(),
                                             link: Default::default(),
                                             emulator: Default::default(),
+                                            instance: Default::default(),
                                         });
                                     }
                                 }
@@ -92,11 +93,24 @@ fn product(cfg: &MatrixConfig) -> Vec<Cell> {
         }
     }
     let swept: Vec<Cell> = out.into_iter().flat_map(|c| sweep(c, cfg)).collect();
-    let linked = with_links(swept, &cfg.link);
+    let linked = with_links(with_instances(swept, &cfg.instance), &cfg.link);
     on_hosts(
         with_emulators(linked, &cfg.emulator_names()),
         &cfg.host_names(),
     )
+}
+
+/// Every cell once per instance disk layout.
+fn with_instances(cells: Vec<Cell>, kinds: &[crate::cell::InstanceDisk]) -> Vec<Cell> {
+    cells
+        .into_iter()
+        .flat_map(|c| {
+            kinds.iter().map(move |&instance| Cell {
+                instance,
+                ..c.clone()
+            })
+        })
+        .collect()
 }
 
 /// Every cell once per QEMU build, the builds innermost: the A and B cells of an in-run A/B
@@ -210,6 +224,22 @@ pub enum Skip {
     /// QEMU or the hypervisor refuses the combination.
     #[error(transparent)]
     Rule(crate::hypervisor::SkipReason),
+    /// The backend cannot make the instance disk this way.
+    #[error(
+        "the {backend} backend makes instance disks {} only, not {asked}",
+        .made.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Instance {
+        /// The backend.
+        backend: Backend,
+        /// The kind asked for.
+        asked: crate::cell::InstanceDisk,
+        /// The kinds it makes.
+        made: &'static [crate::cell::InstanceDisk],
+    },
+    /// A qcow2 overlay asked for with another format.
+    #[error("an overlay is a qcow2 image backed by the base: it needs --format qcow2, not {0}")]
+    OverlayIsQcow2(crate::cell::Format),
     /// The backend does not make images of this format.
     #[error(
         "the {backend} backend makes {} images only, not {asked}",
@@ -231,7 +261,10 @@ impl Skip {
         use crate::results::SkipKind;
         match self {
             Skip::DefaultHostOnly(_) | Skip::Remote { .. } => SkipKind::RemoteHost,
-            Skip::Rule(_) | Skip::Format { .. } => SkipKind::Rule,
+            Skip::Rule(_)
+            | Skip::Format { .. }
+            | Skip::Instance { .. }
+            | Skip::OverlayIsQcow2(_) => SkipKind::Rule,
         }
     }
 }
@@ -241,13 +274,8 @@ pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     if let Some(r) = remote_reason(cell, cfg) {
         return Some(r);
     }
-    let made = crate::storage::descriptor(cell.backend).formats();
-    if !made.contains(&cell.format) {
-        return Some(Skip::Format {
-            backend: cell.backend,
-            asked: cell.format,
-            made,
-        });
+    if let Some(s) = backend_skip(cell) {
+        return Some(s);
     }
     // Only the kind of source matters to the rules, not the run's directories.
     let root = std::path::Path::new("/");
@@ -255,6 +283,28 @@ pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     crate::hypervisor::check(cell, &source)
         .err()
         .map(Skip::Rule)
+}
+
+/// What the cell's backend cannot make: its format, or its instance disk from the base.
+fn backend_skip(cell: &Cell) -> Option<Skip> {
+    let d = crate::storage::descriptor(cell.backend);
+    if !d.formats().contains(&cell.format) {
+        return Some(Skip::Format {
+            backend: cell.backend,
+            asked: cell.format,
+            made: d.formats(),
+        });
+    }
+    if !d.instances().contains(&cell.instance) {
+        return Some(Skip::Instance {
+            backend: cell.backend,
+            asked: cell.instance,
+            made: d.instances(),
+        });
+    }
+    let overlay = cell.instance == crate::cell::InstanceDisk::Overlay;
+    (overlay && cell.format != crate::cell::Format::Qcow2)
+        .then_some(Skip::OverlayIsQcow2(cell.format))
 }
 
 /// What a cell on a remote libvirt host cannot use: the embedded NFS and iSCSI servers run on
@@ -294,6 +344,7 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "pin" => v.parse::<crate::cell::Pin>().map(drop),
             "host" => v.parse::<crate::cell::HostName>().map(drop),
             "emulator" => v.parse::<crate::cell::EmulatorName>().map(drop),
+            "instance" => v.parse::<crate::cell::InstanceDisk>().map(drop),
             "bs" | "iodepth" | "numjobs" | "rwmix" | "queues" => Ok(()),
             "link" => {
                 v.parse::<crate::cell::Link>()

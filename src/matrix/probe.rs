@@ -93,6 +93,7 @@ pub async fn boot_probe(
         host: Default::default(),
         link: Default::default(),
         emulator: Default::default(),
+        instance: Default::default(),
     };
     let files = GuestFiles {
         kernel: image.kernel.clone(),

@@ -569,8 +569,7 @@ impl RunCtx {
         }
         let opened = storage::open(
             &self.cfg.storage,
-            cell.backend,
-            cell.link,
+            cell,
             &mut lock(on.servers),
             &shared.work,
             &disks,

@@ -360,7 +360,7 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         opts: &super::options::StorageConfig,
-        _link: crate::cell::Link,
+        _cell: &Cell,
         _servers: &mut super::servers::Servers,
         _work: &Path,
         _disks: &super::pool::PoolPlace,

@@ -1053,6 +1053,12 @@ mod tests {
             rss_kib(osd) / 1024
         );
 
+        // What the rbd backend reads a disk's own allocation from.
+        let du = c.rbd(&["du", "--format", "json", "rbd/t1"]).unwrap();
+        eprintln!("ceph: rbd du: {du}");
+        let used = super::super::rbd::used_size(&du).expect("used_size in rbd du's JSON");
+        assert!((16 << 20..=64 << 20).contains(&used), "{du}");
+
         only_the_client_key_gets_in(&c, keys.path());
 
         a_second_cluster_on_the_link_fails_and_leaves_the_first(&net, mon, osd);

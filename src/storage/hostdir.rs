@@ -286,7 +286,7 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         opts: &super::options::StorageConfig,
-        _link: crate::cell::Link,
+        _cell: &Cell,
         servers: &mut super::servers::Servers,
         work: &Path,
         _disks: &super::pool::PoolPlace,

@@ -663,13 +663,13 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         opts: &super::options::StorageConfig,
-        link: crate::cell::Link,
+        cell: &Cell,
         servers: &mut super::servers::Servers,
         _work: &Path,
         _disks: &super::pool::PoolPlace,
     ) -> Result<super::Opened, super::servers::OpenError> {
         let Some(url) = &opts.iscsi else {
-            let t = servers.tgt(link)?;
+            let t = servers.tgt(cell.link)?;
             let server = Some(super::servers::identity(t.as_ref()));
             return Ok(super::Opened {
                 backend: Box::new(IscsiBackend::embedded(t)),

@@ -89,6 +89,12 @@ pub trait BackendKind: Sync {
         crate::cell::Format::ALL
     }
 
+    /// How it can make an instance's disk from the run's base image (`flat`, an empty disk,
+    /// always). A cell of another kind is skipped at plan time with these as the valid ones.
+    fn instances(&self) -> &'static [crate::cell::InstanceDisk] {
+        &[crate::cell::InstanceDisk::Flat]
+    }
+
     /// Whether the guest gets a shared host directory to mount instead of a disk.
     fn shares_directory(&self) -> bool {
         false
@@ -103,11 +109,12 @@ pub trait BackendKind: Sync {
         servers: &Path,
     ) -> DiskSource;
 
-    /// Builds it for a cell, starting its embedded server on first use ([`super::open`]).
+    /// Builds it for `cell` (its link, its instance disk), starting its embedded server (and
+    /// the run's base image) on first use ([`super::open`]).
     fn open(
         &self,
         opts: &StorageConfig,
-        link: Link,
+        cell: &Cell,
         servers: &mut Servers,
         work: &Path,
         disks: &PoolPlace,

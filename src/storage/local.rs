@@ -7,14 +7,16 @@
 //! the directory and rejects it (naming tmpfs) when it fails. The filesystem is recorded in the
 //! disk's params, since an image on tmpfs benchmarks RAM.
 
+use super::base::{BaseImage, Bases};
 use super::cmd;
 use super::options::StorageConfig;
 use super::pool::{pool_prefix, DirPool, PoolError, PoolPlace, VolumePlan};
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Cell, Format};
+use crate::cell::{Cell, Format, InstanceDisk};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How much of the image is allocated up front (libvirt's mapping: [`super::pool`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -102,6 +104,10 @@ pub struct LocalBackend {
     pool: Option<DirPool>,
     /// Volumes created and not yet removed (teardown removes them all).
     created: Vec<String>,
+    /// The run's base images, when the cell's disk is made from one (overlay, copy).
+    bases: Option<Bases>,
+    /// The disk made by `provision`, for [`StorageBackend::allocated_bytes`].
+    made: Option<PathBuf>,
 }
 
 impl LocalBackend {
@@ -123,7 +129,41 @@ impl LocalBackend {
             prealloc,
             pool: None,
             created: Vec::new(),
+            bases: None,
+            made: None,
         }
+    }
+
+    /// Disks made from the run's base images in `bases` (cells with `--instance-disk` overlay
+    /// or copy).
+    pub fn from_bases(mut self, bases: Bases) -> Self {
+        self.bases = Some(bases);
+        self
+    }
+
+    /// The volume for `cell`: empty, an overlay on the base, or empty to be filled with a copy
+    /// of it (returned with the plan).
+    fn plan(
+        &self,
+        cell: &Cell,
+        name: &str,
+        size_bytes: u64,
+    ) -> Result<(VolumePlan, Option<Arc<BaseImage>>), StorageError> {
+        let flat = VolumePlan::new(name, cell.format, self.prealloc, size_bytes);
+        let (Some(bases), true) = (&self.bases, cell.instance.from_base()) else {
+            return Ok((flat, None));
+        };
+        if !self.local {
+            return Err(Unsupported::RemoteBase(self.place.uri.clone()).into());
+        }
+        let base = bases.get(&self.place.dir.join("_base"), size_bytes)?;
+        Ok(match cell.instance {
+            InstanceDisk::Overlay => (
+                VolumePlan::overlay(name, size_bytes, base.path()),
+                Some(base),
+            ),
+            _ => (flat, Some(base)),
+        })
     }
 
     /// The directory images are created in (on the libvirt host).
@@ -260,15 +300,27 @@ impl StorageBackend for LocalBackend {
     ) -> Result<ProvisionedDisk, StorageError> {
         self.check()?;
         let name = super::image_name(&cmd::unique_tag(), cell);
-        let plan = VolumePlan::new(&name, cell.format, self.prealloc, size_bytes);
+        let (plan, base) = self.plan(cell, &name, size_bytes)?;
         // Recorded before creating: a half-made volume is removed by teardown too.
         self.created.push(name);
         let path = self.pool()?.create_volume(&plan)?;
+        let mut params = self.params(&path, &plan);
+        if let Some(base) = &base {
+            if cell.instance == InstanceDisk::Copy {
+                copy_base(base, &path, cell.format)?;
+            }
+            params.insert("instance_disk".into(), cell.instance.to_string());
+            params.insert("base_image".into(), base.path().display().to_string());
+            if let Some(ms) = base.first_write_ms() {
+                params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
+            }
+        }
+        self.made = self.local.then(|| path.clone());
         Ok(ProvisionedDisk {
             source: DiskSource::File { path: path.clone() },
             format: cell.format,
             size_bytes,
-            params: self.params(&path, &plan),
+            params,
             host_path: self.local.then_some(path),
         })
     }
@@ -276,7 +328,14 @@ impl StorageBackend for LocalBackend {
     /// Volumes deleted, pool destroyed. When the pool's connection died (libvirtd restarted),
     /// a fresh connection finds the pool again (libvirtd keeps an active transient pool across
     /// its restart; after a reboot, a new pool on the directory finds the files) and finishes.
+    fn allocated_bytes(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(self.made.as_ref()?).ok()?;
+        Some(meta.blocks() * 512)
+    }
+
     fn teardown(&mut self) -> Result<(), StorageError> {
+        self.made = None;
         let Some(mut pool) = self.pool.take() else {
             if self.created.is_empty() {
                 return Ok(());
@@ -294,6 +353,23 @@ impl StorageBackend for LocalBackend {
         let mut again = DirPool::reopen(&self.place.uri, &name, &self.place.dir)?;
         Ok(Self::remove_through(&mut again, &mut self.created)?)
     }
+}
+
+/// Nova's `raw`/`flat`: every byte of the base written into the new disk (`-n`: the volume
+/// libvirt made, of the base's size, is the target).
+fn copy_base(base: &BaseImage, dest: &Path, format: Format) -> Result<(), StorageError> {
+    let (src, dst) = (base.path().to_string_lossy(), dest.to_string_lossy());
+    let args = [
+        "convert",
+        "-n",
+        "-f",
+        "raw",
+        "-O",
+        format.as_str(),
+        &*src,
+        &*dst,
+    ];
+    cmd::run("qemu-img", &args).map(drop)
 }
 
 /// A backstop for a path out of a cell that forgot teardown (a panic): nothing stays behind.
@@ -337,15 +413,26 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         opts: &super::options::StorageConfig,
-        _link: crate::cell::Link,
-        _servers: &mut super::servers::Servers,
+        cell: &Cell,
+        servers: &mut super::servers::Servers,
         _work: &Path,
         disks: &super::pool::PoolPlace,
     ) -> Result<super::Opened, super::servers::OpenError> {
-        Ok(super::Opened::plain(Box::new(LocalBackend::on_host(
-            disks.clone(),
-            opts.prealloc.unwrap_or(Prealloc::Off),
-        ))))
+        let b = LocalBackend::on_host(disks.clone(), opts.prealloc.unwrap_or(Prealloc::Off));
+        let b = match cell.instance.from_base() {
+            true => b.from_bases(servers.bases()),
+            false => b,
+        };
+        Ok(super::Opened::plain(Box::new(b)))
+    }
+
+    /// An overlay on the run's base (Nova's `qcow2`) or a full copy of it (Nova's `raw`).
+    fn instances(&self) -> &'static [InstanceDisk] {
+        &[
+            InstanceDisk::Flat,
+            InstanceDisk::Overlay,
+            InstanceDisk::Copy,
+        ]
     }
 
     fn host_support(&self) -> Result<String, String> {

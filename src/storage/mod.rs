@@ -11,6 +11,7 @@ use servers::{OpenError, Servers};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod base;
 pub mod block;
 pub mod ceph;
 pub mod chap;
@@ -57,6 +58,13 @@ pub enum Unsupported {
     /// The disk directory on this machine cannot serve the cell ([`local::dir_problem`]).
     #[error("{0}")]
     Dir(String),
+    /// A disk made from the run's base asked for on a remote libvirt host: the base is written
+    /// on this machine and not uploaded.
+    #[error(
+        "an instance disk from the run's base (overlay, copy) runs on this machine only: the \
+         base is not uploaded to {0}"
+    )]
+    RemoteBase(String),
     /// The embedded server's programs, or QEMU's driver to reach it, are not installed.
     #[error("{detail} (scripts/setup-host installs it: apt-get install {install})")]
     NoServer {
@@ -309,6 +317,11 @@ pub trait StorageBackend: Send {
     ) -> Result<ProvisionedDisk, StorageError>;
     /// Remove what `provision` created. Safe to call twice or without a provision.
     fn teardown(&mut self) -> Result<(), StorageError>;
+    /// Bytes the provisioned disk holds of its own now (an overlay's, not its base's), asked
+    /// after the job: what one more instance costs. `None` where it cannot be known.
+    fn allocated_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A cell's backend, ready to provision, and the embedded server behind it (name, pid), if any,
@@ -328,16 +341,15 @@ pub struct Opened {
 /// ([`disk_place`]).
 pub fn open(
     opts: &StorageConfig,
-    backend: Backend,
-    link: crate::cell::Link,
+    cell: &Cell,
     servers: &mut Servers,
     work: &Path,
     disks: &pool::PoolPlace,
 ) -> Result<Opened, OpenError> {
-    if let Some(l) = local_only(backend, &disks.uri) {
+    if let Some(l) = local_only(cell.backend, &disks.uri) {
         return Err(OpenError::LocalOnly(l));
     }
-    descriptor(backend).open(opts, link, servers, work, disks)
+    descriptor(cell.backend).open(opts, cell, servers, work, disks)
 }
 
 impl Opened {

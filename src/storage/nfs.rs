@@ -573,7 +573,7 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         opts: &super::options::StorageConfig,
-        link: crate::cell::Link,
+        cell: &Cell,
         servers: &mut super::servers::Servers,
         _work: &Path,
         _disks: &super::pool::PoolPlace,
@@ -583,7 +583,7 @@ impl super::BackendKind for Kind {
             (Some(m), _) => plain(Box::new(NfsBackend::mounted(m.clone()))),
             (None, Some(url)) => plain(Box::new(NfsBackend::external_url(url.clone()))),
             (None, None) => {
-                let g = servers.ganesha(link)?;
+                let g = servers.ganesha(cell.link)?;
                 let server = Some(super::servers::identity(g.as_ref()));
                 super::Opened {
                     backend: Box::new(NfsBackend::embedded(g)),

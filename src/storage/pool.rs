@@ -143,6 +143,15 @@ struct VolumeXml<'a> {
     capacity: Bytes,
     allocation: Bytes,
     target: VolumeTarget,
+    #[serde(rename = "backingStore", skip_serializing_if = "Option::is_none")]
+    backing: Option<BackingXml<'a>>,
+}
+
+/// A qcow2 volume's backing file (libvirt runs `qemu-img create -b PATH -F FORMAT`).
+#[derive(Serialize)]
+struct BackingXml<'a> {
+    path: &'a str,
+    format: FormatType,
 }
 
 #[derive(Serialize)]
@@ -257,6 +266,8 @@ pub struct VolumePlan {
     /// would measure that conversion; qemu-img's `full`, which vmbench's `full` means, writes
     /// zeros. A qcow2 cannot be wiped (the header would go), so qcow2 `full` stays `falloc`.
     pub zero_fill: bool,
+    /// A raw backing file on the libvirt host (a qcow2 overlay on the run's base), or `None`.
+    pub backing: Option<PathBuf>,
 }
 
 impl VolumePlan {
@@ -270,6 +281,16 @@ impl VolumePlan {
             allocation: if p == Prealloc::Full { capacity } else { 0 },
             prealloc_flag: format == Format::Qcow2 && p != Prealloc::Off,
             zero_fill: format == Format::Raw && p == Prealloc::Full,
+            backing: None,
+        }
+    }
+
+    /// A sparse qcow2 of `capacity` whose backing file is the raw `base` (Nova's `qcow2`
+    /// images type): reads of what the guest has not written fall through to the base.
+    pub fn overlay(name: &str, capacity: u64, base: &Path) -> VolumePlan {
+        VolumePlan {
+            backing: Some(base.to_path_buf()),
+            ..VolumePlan::new(name, Format::Qcow2, Prealloc::Off, capacity)
         }
     }
 
@@ -291,6 +312,17 @@ impl VolumePlan {
                     format: FormatType {
                         kind: self.format.as_str(),
                     },
+                },
+                backing: match &self.backing {
+                    Some(p) => Some(BackingXml {
+                        path: p.to_str().ok_or_else(|| PoolError::Invalid {
+                            what: "backing file",
+                            value: p.display().to_string(),
+                            why: "not UTF-8",
+                        })?,
+                        format: FormatType { kind: "raw" },
+                    }),
+                    None => None,
                 },
             },
         )

@@ -8,6 +8,7 @@
 //! A server that could not start fails every later cell that needs it with the same reason,
 //! without retrying each time (a missing binary or a busy port will not fix itself mid-run).
 
+use super::base::Bases;
 use super::ceph::Ceph;
 use super::chap::RunChap;
 use super::ganesha::Ganesha;
@@ -205,6 +206,8 @@ pub struct Servers {
     nets: BTreeMap<Link, Weak<NetNs>>,
     /// The external iSCSI target's CHAP (defined on first use), or why it could not be.
     iscsi_chap: Option<Result<Arc<RunChap>, Arc<StorageError>>>,
+    /// The run's base images, made on first use, removed with the run.
+    bases: Bases,
 }
 
 impl Servers {
@@ -217,6 +220,7 @@ impl Servers {
             links: BTreeMap::new(),
             nets: BTreeMap::new(),
             iscsi_chap: None,
+            bases: Bases::new(run),
         }
     }
 
@@ -229,6 +233,11 @@ impl Servers {
             .get_or_insert_with(|| RunChap::define(file, &dir).map(Arc::new).map_err(Arc::new))
             .clone()
             .map_err(OpenError::Failed)
+    }
+
+    /// The run's base images (made on first use, shared by every cell, removed with the run).
+    pub fn bases(&self) -> Bases {
+        self.bases.clone()
     }
 
     /// The log directory of a server started outside these slots (hostdir's per-cell virtiofsd),

@@ -154,7 +154,7 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         _opts: &super::options::StorageConfig,
-        _link: crate::cell::Link,
+        _cell: &Cell,
         _servers: &mut super::servers::Servers,
         work: &Path,
         _disks: &super::pool::PoolPlace,

@@ -319,6 +319,37 @@ mod tests {
         }
     }
 
+    /// The untouched presets measure the disk as the instance got it: no prefill step and no
+    /// warm-up even when the run asks for both, and a job that touches each block once.
+    #[test]
+    fn untouched_presets_have_no_prefill_no_warm_up_and_no_time_loop() {
+        for job in [super::super::FIRST_WRITE_4K, super::super::BASE_READ_4K] {
+            let plan = Fio::untouched(job).plan(&params("/dev/vdb")).unwrap();
+            assert!(plan.prep.is_empty(), "{:?}", plan.prep);
+            let fio: Vec<&str> = plan
+                .measure
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Fio { job_text, .. } => Some(job_text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(fio.len(), 1, "one measured job, no ramp step");
+            assert!(!fio[0].contains("time_based") && !fio[0].contains("ramp_time"));
+            assert!(
+                fio[0].contains("runtime=30") && fio[0].contains("size=1G"),
+                "{}",
+                fio[0]
+            );
+        }
+        let touched = Fio::preset(super::super::RAND_WRITE_4K).plan(&params("/dev/vdb"));
+        assert_eq!(
+            touched.unwrap().prep.len(),
+            1,
+            "rand-write-4k is a rewrite: prefilled"
+        );
+    }
+
     #[test]
     fn lean_fio_plan_has_no_logs_and_no_status_line() {
         let e = Fio::preset(super::super::PG_RANDRW);
@@ -393,6 +424,7 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jobs/");
         let file = Fio {
             job: FioJob::File(format!("{dir}user-randrw.fio").into()),
+            untouched: false,
         };
         let e = file.plan(&p).unwrap_err();
         assert!(matches!(e, EngineError::OverridesRefused(_)), "{e}");
@@ -416,12 +448,14 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jobs/");
         let e = Fio {
             job: FioJob::File(format!("{dir}user-randrw.fio").into()),
+            untouched: false,
         };
         let plan = e.plan(&params("{dir}/vmbench.fio")).unwrap();
         assert_eq!(plan.window, (0, 1));
         assert_eq!(plan.job_files.len(), 1);
         let bad = Fio {
             job: FioJob::File(format!("{dir}names-filename.fio").into()),
+            untouched: false,
         };
         let err = bad.plan(&params("{disk}")).unwrap_err();
         assert!(matches!(err, EngineError::JobFile { .. }), "{err}");

@@ -85,6 +85,10 @@ pub enum FioJob {
 pub struct Fio {
     /// The job.
     pub job: FioJob,
+    /// The job measures the disk as the instance got it: no prefill and no warm-up, whatever
+    /// the run's settings (a first write to unallocated space, a read that falls through to the
+    /// base, happen once per block).
+    pub untouched: bool,
 }
 
 impl Fio {
@@ -92,6 +96,15 @@ impl Fio {
     pub const fn preset(job: &'static str) -> Fio {
         Fio {
             job: FioJob::Preset(job),
+            untouched: false,
+        }
+    }
+
+    /// A preset that measures the disk untouched (see [`Fio::untouched`]).
+    pub const fn untouched(job: &'static str) -> Fio {
+        Fio {
+            job: FioJob::Preset(job),
+            untouched: true,
         }
     }
 
@@ -124,7 +137,7 @@ impl Fio {
         let FioJob::Preset(job) = &self.job else {
             return None;
         };
-        (p.ramp > 0).then(|| Step::Fio {
+        (p.ramp > 0 && !self.untouched).then(|| Step::Fio {
             job_text: p
                 .overrides
                 .apply(&render_preset(job, p.ramp, 0, p.size))
@@ -163,7 +176,7 @@ impl WorkloadEngine for Fio {
             baseline_job: Some(self.job_text(p, p.runtime, p.ramp)?),
             ..EnginePlan::default()
         };
-        if p.prefill {
+        if p.prefill && !self.untouched {
             plan.prep.push(Step::Fio {
                 job_text: prefill_job(p.target, p.size),
                 args: vec![],

@@ -77,6 +77,29 @@ macro_rules! qd32_job {
     };
 }
 
+/// Builds a single-job fio preset that touches each block of the test area once (no
+/// `time_based`, fio's random map): `{runtime}` only bounds it.
+macro_rules! once_job {
+    ($name:literal, $rw:literal) => {
+        concat!(
+            "[global]\nioengine=libaio\ndirect=1\ngroup_reporting\n",
+            "runtime={runtime}\nsize={size}\nfilename={disk}\n\n",
+            "[",
+            $name,
+            "]\nbs=4k\nrw=",
+            $rw,
+            "\niodepth=32\nnumjobs=1\n"
+        )
+    };
+}
+
+/// Random 4 KiB writes to space the instance has not written, each block once: the
+/// copy-on-write allocation a new instance pays (compare with `rand-write-4k`, a rewrite).
+pub const FIRST_WRITE_4K: &str = once_job!("first-write-4k", "randwrite");
+/// Random 4 KiB reads of what the instance has not written, each block once: reads that fall
+/// through to the base (compare with `rand-read-4k`, reads of the instance's own data).
+pub const BASE_READ_4K: &str = once_job!("base-read-4k", "randread");
+
 /// Sequential 1 MiB reads, iodepth 32: streaming read bandwidth.
 pub const SEQ_READ_1M: &str = qd32_job!("seq-read-1m", "read", "1m");
 /// Sequential 1 MiB writes, iodepth 32: streaming write bandwidth.
@@ -91,6 +114,8 @@ static SEQ_READ_1M_FIO: Fio = Fio::preset(SEQ_READ_1M);
 static SEQ_WRITE_1M_FIO: Fio = Fio::preset(SEQ_WRITE_1M);
 static RAND_READ_4K_FIO: Fio = Fio::preset(RAND_READ_4K);
 static RAND_WRITE_4K_FIO: Fio = Fio::preset(RAND_WRITE_4K);
+static FIRST_WRITE_4K_FIO: Fio = Fio::untouched(FIRST_WRITE_4K);
+static BASE_READ_4K_FIO: Fio = Fio::untouched(BASE_READ_4K);
 static BONNIE: Bonnie = Bonnie;
 
 /// Every preset.
@@ -119,6 +144,16 @@ pub static PRESETS: &[Preset] = &[
         name: "rand-write-4k",
         about: "random 4 KiB writes, libaio, iodepth 32",
         engine: &RAND_WRITE_4K_FIO,
+    },
+    Preset {
+        name: "first-write-4k",
+        about: "random 4 KiB writes, each block once, no prefill: first allocation (copy-on-write)",
+        engine: &FIRST_WRITE_4K_FIO,
+    },
+    Preset {
+        name: "base-read-4k",
+        about: "random 4 KiB reads, each block once, no prefill: reads served by the base",
+        engine: &BASE_READ_4K_FIO,
     },
     Preset {
         name: "bonnie",
@@ -226,6 +261,7 @@ pub fn engine(w: &WorkloadId) -> Result<EngineHandle, EngineError> {
             .ok_or_else(|| EngineError::UnknownPreset(name.clone())),
         WorkloadId::JobFile(path) => Ok(EngineHandle::Owned(Box::new(Fio {
             job: FioJob::File(path.clone()),
+            untouched: false,
         }))),
     }
 }
@@ -525,8 +561,8 @@ mod descriptor_tests {
             e.to_string(),
             "--bs/--iodepth override a fio preset's parameters, but workload 'bonnie' is not a \
              fio job (bonnie++ has no such parameters): sweep presets only (pg-randrw, \
-             seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k), or put the values in your \
-             job file"
+             seq-read-1m, seq-write-1m, rand-read-4k, rand-write-4k, first-write-4k, \
+             base-read-4k), or put the values in your job file"
         );
     }
 
