@@ -1,5 +1,5 @@
 //! Issue 27: vmbench installed as a Debian tool. scripts/build-deb builds the .deb from the
-//! release build this test run already made; it is installed with dpkg (apt-get -f install if
+//! build this test run already made (its cargo profile, `VMBENCH_DEB_PROFILE`); it is installed with dpkg (apt-get -f install if
 //! dpkg leaves a dependency unmet), used the way an admin meets it (version, doctor, man pages,
 //! tab completion in bash, zsh and fish, the nightly units), linted, and purged without a trace.
 use crate::common;
@@ -61,12 +61,17 @@ fn man_page_names() -> Vec<String> {
 
 fn build_deb() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // A release build is there already (this test's own); vmbench-pkg may still need compiling.
-    let out = run_within(
-        root.join("scripts/build-deb").to_str().unwrap(),
-        &[],
+    // This test's own build is there already, in its cargo profile: package that one, not a
+    // new release build (vmbench-pkg may still need compiling).
+    let dir = Path::new(env!("CARGO_BIN_EXE_vmbench")).parent().unwrap();
+    let profile = match dir.file_name().unwrap().to_str().unwrap() {
+        "debug" => "dev",
+        p => p,
+    };
+    let out = common::show(common::output_within(
+        Command::new(root.join("scripts/build-deb")).env("VMBENCH_DEB_PROFILE", profile),
         common::MATRIX_LIMIT,
-    );
+    ));
     assert!(out.status.success(), "scripts/build-deb: {:?}", out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let deb = PathBuf::from(

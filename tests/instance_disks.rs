@@ -4,6 +4,8 @@
 //! and a full RBD copy (Nova's `rbd`). CI-sized jobs (tests/common); 4 cells. Each cell records
 //! its provisioning time (the base's one-off writing left out and recorded apart) and the bytes
 //! its disk holds of its own after the job; what cannot exist is skipped with the valid kinds.
+//! The RBD cells are also issue 30 item 1's end-to-end check of the embedded Ceph cluster (see
+//! [`assert_rbd_cell`]); nothing of the run is left, no cephx secret either.
 use crate::common;
 use common::*;
 use vmbench::results::CellResult;
@@ -19,6 +21,7 @@ fn find<'a>(cells: &'a [CellResult], backend: &str, instance: &str) -> &'a CellR
 #[test]
 #[ignore = "host: root libvirtd qemu ceph"]
 fn overlays_copies_and_clones_from_one_base_with_their_costs() {
+    let before = ceph_secrets();
     let s = Scratch::new();
     let out = s.matrix(&[
         "--hypervisor",
@@ -89,7 +92,44 @@ fn overlays_copies_and_clones_from_one_base_with_their_costs() {
         "local"
     );
     assert!(mib(rcopy) >= 120.0 && mib(clone) < 0.6 * mib(rcopy), "rbd");
+    for c in [clone, rcopy] {
+        assert_rbd_cell(c);
+    }
+    assert!(
+        stdout.contains(
+            "skipped qemu/rbd/qcow2/copy: the rbd backend makes raw images only, not qcow2"
+        ),
+        "{stdout}"
+    );
     s.assert_no_leftovers();
+    assert_eq!(ceph_secrets(), before, "cephx secrets left");
+}
+
+/// Issue 30 item 1 on a real cell: a raw RBD image on the run's embedded Ceph cluster (one
+/// monitor, one BlueStore OSD, cephx, in the run's namespace), reached by QEMU's librbd as a
+/// cephx client whose key is only in a libvirt secret; the cluster's CPU and memory (OSD and
+/// monitor) in the results.
+fn assert_rbd_cell(c: &CellResult) {
+    assert_eq!(c.params["protocol"], "rbd", "{:?}", c.params);
+    assert!(
+        c.params["image"].starts_with("rbd/vmbench-"),
+        "{:?}",
+        c.params
+    );
+    assert_eq!(c.params["cephx_client"], "vmbench");
+    let server = &c.provenance.storage_server;
+    assert!(server.starts_with("ceph-osd "), "{server}");
+    assert!(num(c, "storage_server_cpu_pct") > 0.0);
+    assert!(num(c, "storage_server_peak_rss_mib") > 10.0);
+}
+
+/// vmbench's cephx secrets libvirt holds now.
+fn ceph_secrets() -> Vec<String> {
+    virsh(&["secret-list"])
+        .lines()
+        .filter(|l| l.contains(vmbench::storage::rbd::USAGE_PREFIX))
+        .map(str::to_string)
+        .collect()
 }
 
 /// What an instance reads before it writes is the base's known data: an overlay and a copy

@@ -33,7 +33,6 @@ mod matrix_hosts;
 mod matrix_lifecycle;
 mod matrix_links;
 mod matrix_local;
-mod matrix_rbd;
 mod matrix_remote_storage;
 mod matrix_sweeps;
 mod matrix_workloads;
