@@ -1,9 +1,10 @@
 //! Issue 24's in-run A/B, Firecracker's way, on real guests: the README's "Two modes" commands.
 //! One run with the same QEMU binary under three `--emulator` names, interleaved, CI-sized jobs
-//! (tests/common), 3 repeats: `a` and `b` uncapped, `c` capped (`--cap-only emulator=c`) at a
+//! (tests/common), 4 repeats: `a` and `b` uncapped, `c` capped (`--cap-only emulator=c`) at a
 //! fixed 1,000 IOPS, which the test checks is at most half of what the uncapped sides measured.
 //! `compare --within last --along emulator=a,b` (an A/A pair) is not exit 1; `--along
-//! emulator=a,c` is exit 1 with IOPS a regression. Bad `--along` values are exit 2.
+//! emulator=a,c` is exit 1 (a significant regression row) with read and write IOPS down by at
+//! least half. Bad `--along` values are exit 2.
 use crate::common;
 use common::*;
 use std::process::{Command, Output};
@@ -11,7 +12,7 @@ use vmbench::results::RunRecord;
 
 const QEMU: &str = "/usr/bin/qemu-system-x86_64";
 const CAP: f64 = 1000.0;
-const REPEATS: usize = 3;
+const REPEATS: usize = 4;
 
 /// `vmbench compare --within last --along ALONG --json FILE` (the README's line) on the scratch's
 /// store; returns the exit code, the JSON (when written) and stdout+stderr.
@@ -85,7 +86,7 @@ fn one_run_two_builds_an_aa_pair_passes_and_a_capped_side_fails() {
     // Interleaved: each repeat runs the three builds back to back, the order reversed every
     // other repeat.
     let order: String = rec.cells.iter().map(|c| c.cell.emulator.as_str()).collect();
-    assert_eq!(order, "abccbaabc", "run order by emulator");
+    assert_eq!(order, "abccbaabccba", "run order by emulator");
     for c in &rec.cells {
         // Each side's build in its provenance: the same binary, so the same string.
         assert!(
@@ -135,11 +136,23 @@ fn one_run_two_builds_an_aa_pair_passes_and_a_capped_side_fails() {
     let (code, v, text) = within(&s, "emulator=a,c");
     assert_eq!(code, Some(1), "capped side: {text}");
     let v = v.expect("--json written");
-    let regressed = rows_with(&v, "regression");
-    assert!(
-        regressed.iter().any(|k| k.ends_with("_iops")),
-        "IOPS is a regression: {regressed:?}\n{text}"
-    );
+    // Exit 1 needs one significant row (Holm over 6, alpha 0.01). At 3 repeats a -83% IOPS
+    // drop against an uncapped side with a 15% CV stayed at adjusted p 0.011 (Welch df ~2), so
+    // the test runs 4. Which rows clear the level depends on the uncapped side's spread; the
+    // IOPS the cap took is in the JSON either way: at least a half, the test's premise.
+    assert!(!rows_with(&v, "regression").is_empty(), "{text}");
+    let change = |key: &str| {
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .and_then(|r| r["change_pct"].as_f64())
+            .unwrap_or_else(|| panic!("no {key} row with a change: {v}"))
+    };
+    for key in ["read_iops", "write_iops"] {
+        assert!(change(key) <= -50.0, "{key}: {}%\n{text}", change(key));
+    }
     assert!(
         text.contains("disk cap"),
         "what changed names the cap: {text}"
