@@ -235,22 +235,29 @@ fn clean_chap_secret(tgt_dir: &Path, dry: bool, rep: &mut Report) {
     let Ok(usage) = std::fs::read_to_string(&file) else {
         return;
     };
-    let usage = usage.trim();
-    // Only a name vmbench makes, so a tampered file cannot name someone else's secret.
-    if !usage.starts_with(chap::USAGE_PREFIX) {
-        return;
+    if undefine_secret(usage.trim(), chap::USAGE_PREFIX, dry, rep) {
+        let _ = std::fs::remove_file(&file);
+    }
+}
+
+/// Undefines the libvirt secret named `usage` when it is a name vmbench makes (`prefix`), so a
+/// tampered or stray file cannot name someone else's secret; reports it. Whether the file that
+/// named it may go (not on a dry run, not for a foreign name).
+fn undefine_secret(usage: &str, prefix: &str, dry: bool, rep: &mut Report) -> bool {
+    if !usage.starts_with(prefix) {
+        return false;
     }
     if dry {
         rep.lines
             .push(format!("libvirt secret {usage} (if still defined)"));
-        return;
+        return false;
     }
     match chap::undefine(usage) {
         Ok(true) => rep.lines.push(format!("libvirt secret {usage}")),
         Ok(false) => {}
         Err(e) => rep.kept.push(format!("libvirt secret {usage}: {e}")),
     }
-    let _ = std::fs::remove_file(&file);
+    true
 }
 
 /// The libvirt secrets (cephx keys) of a dead run's RBD cells: one file per secret in `dir`,
@@ -261,21 +268,9 @@ fn clean_ceph_secrets(dir: &Path, dry: bool, rep: &mut Report) {
     };
     for e in entries.flatten() {
         let usage = e.file_name().to_string_lossy().into_owned();
-        // Only a name vmbench makes, so a stray file cannot name someone else's secret.
-        if !usage.starts_with(crate::storage::rbd::USAGE_PREFIX) {
-            continue;
+        if undefine_secret(&usage, crate::storage::rbd::USAGE_PREFIX, dry, rep) {
+            let _ = std::fs::remove_file(e.path());
         }
-        if dry {
-            rep.lines
-                .push(format!("libvirt secret {usage} (if still defined)"));
-            continue;
-        }
-        match chap::undefine(&usage) {
-            Ok(true) => rep.lines.push(format!("libvirt secret {usage}")),
-            Ok(false) => {}
-            Err(e) => rep.kept.push(format!("libvirt secret {usage}: {e}")),
-        }
-        let _ = std::fs::remove_file(e.path());
     }
 }
 

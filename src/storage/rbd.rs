@@ -45,7 +45,7 @@ pub struct RbdBackend {
     /// (clone, copy).
     bases: Option<(Bases, PathBuf)>,
     /// The ms this cell spent writing and importing the base (the first cell of a cluster).
-    base_written_ms: std::sync::Mutex<Option<u64>>,
+    base_written_ms: Option<u64>,
 }
 
 impl RbdBackend {
@@ -56,7 +56,7 @@ impl RbdBackend {
             secrets_dir,
             made: Vec::new(),
             bases: None,
-            base_written_ms: Default::default(),
+            base_written_ms: None,
         }
     }
 
@@ -70,7 +70,7 @@ impl RbdBackend {
     /// The base of `bytes` in the pool, as a protected snapshot `POOL/vmbench-base-N@base`:
     /// imported from the run's base file by the first cell that needs it (a cluster that was
     /// replaced mid-run gets it again).
-    fn base_snapshot(&self, bytes: u64) -> Result<String, StorageError> {
+    fn base_snapshot(&mut self, bytes: u64) -> Result<String, StorageError> {
         let Some((bases, dir)) = &self.bases else {
             return Err(StorageError::Invalid("no base image for this cell".into()));
         };
@@ -90,16 +90,13 @@ impl RbdBackend {
         self.ceph.rbd(&["snap", "protect", &snap])?;
         let import_ms = t.elapsed().as_millis() as u64;
         let written = file.first_write_ms().unwrap_or(0) + import_ms;
-        *self
-            .base_written_ms
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(written);
+        self.base_written_ms = Some(written);
         Ok(snap)
     }
 
     /// Makes `spec` as `cell` asks: empty, a clone of the base's snapshot (Nova's `rbd`), or
     /// a full copy of the base.
-    fn make_image(&self, cell: &Cell, spec: &str, bytes: u64) -> Result<(), StorageError> {
+    fn make_image(&mut self, cell: &Cell, spec: &str, bytes: u64) -> Result<(), StorageError> {
         match cell.instance {
             InstanceDisk::Flat | InstanceDisk::Overlay => {
                 let mib = size_mib(bytes).to_string();
@@ -215,7 +212,7 @@ impl StorageBackend for RbdBackend {
         }
         let host = self.ceph.mon_host().to_string();
         let port = self.ceph.mon_port();
-        let params = BTreeMap::from([
+        let mut params = BTreeMap::from([
             ("protocol".to_string(), "rbd".to_string()),
             ("mode".to_string(), "embedded".to_string()),
             ("server".to_string(), host.clone()),
@@ -235,13 +232,7 @@ impl StorageBackend for RbdBackend {
             ("ceph_mon_pid".to_string(), self.ceph.mon_pid().to_string()),
             ("instance_disk".to_string(), cell.instance.to_string()),
         ]);
-        let mut params = params;
-        if let Some(ms) = self
-            .base_written_ms
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(ms) = self.base_written_ms.take() {
             params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
         }
         Ok(ProvisionedDisk {
