@@ -204,6 +204,13 @@ pub struct MatrixArgs {
     /// device, and report guest/host efficiency.
     #[arg(long)]
     pub host_baseline: bool,
+    /// After each cell's job, start K more instances whose disks are made the cell's way from
+    /// the same base (K overlays, copies or RBD clones), all together; each reads its boot set.
+    /// Stores the time until all said hello and read it, and the slowest boot. Without K: sized
+    /// for this host (2 per CPU, what half the free memory holds, 2 to 8). local and rbd cells;
+    /// others say why not. [default: off]
+    #[arg(long, value_name = "K", num_args = 0..=1, default_missing_value = "auto")]
+    pub boot_storm: Option<StormSize>,
     /// Guest vCPUs. [default: 2]
     #[arg(long)]
     pub vcpus: Option<u32>,
@@ -674,6 +681,11 @@ fn run_settings(c: &mut MatrixConfig, a: &MatrixArgs) {
         c.probe = false;
     }
     c.host_baseline |= a.host_baseline;
+    match a.boot_storm {
+        Some(StormSize::K(k)) => c.boot_storm = k,
+        Some(StormSize::Auto) => c.boot_storm = crate::matrix::storm::host_default_k(c.memory_mib),
+        None => {}
+    }
 }
 
 /// Where the hypervisors run (`--connect`, `--host`, `--host-pool-dir`) and which cells the
@@ -1168,4 +1180,30 @@ pub fn trend_options(a: &TrendArgs) -> Result<crate::trend::TrendOptions, String
         significance,
         extra_metrics: a.metric.clone(),
     })
+}
+
+/// `--boot-storm`'s value: a number of instances, or `auto` (sized for this host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StormSize {
+    /// Sized for this host when the run is configured.
+    Auto,
+    /// This many.
+    K(u32),
+}
+
+impl std::str::FromStr for StormSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let max = crate::matrix::storm::MAX_K;
+        match s {
+            "auto" => Ok(StormSize::Auto),
+            _ => match s.parse::<u32>() {
+                Ok(k) if (2..=max).contains(&k) => Ok(StormSize::K(k)),
+                _ => Err(format!(
+                    "'{s}' is not a storm size: give a number of instances from 2 to {max}, \
+                     or no value (sized for this host)"
+                )),
+            },
+        }
+    }
 }

@@ -164,6 +164,16 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
     drop(ui);
     let _ = ui_thread.join();
     let summary = result.map_err(CliError::Other)?;
+    if let Some(p) = a
+        .preset
+        .as_deref()
+        .and_then(|p| matrix::presets::seed_preset(p).ok())
+    {
+        if !summary.interrupted {
+            let next = p.then.replace("RUN", &summary.record.run_id);
+            eprintln!("preset {}: next: {next}", p.name);
+        }
+    }
     Ok(report_finished_run(&summary, table))
 }
 

@@ -175,7 +175,7 @@ const DEFS: [Def; 9] = [
         higher_is_better: false,
         source: Source::Metric("boot_storm_all_hello_s"),
         unit: Unit::Seconds,
-        needs: "metric boot_storm_all_hello_s (stored by the boot storm, issue 30 item 3)",
+        needs: "metric boot_storm_all_hello_s (vmbench matrix --boot-storm)",
     },
 ];
 
@@ -324,7 +324,7 @@ pub struct Profile {
 }
 
 /// Every profile.
-pub const PROFILES: [Profile; 3] = [
+pub const PROFILES: [Profile; 4] = [
     Profile {
         name: "database",
         about: "an OLTP database: pg-randrw (8k random 70/30); IOPS and p99 first, then host CPU",
@@ -355,6 +355,20 @@ pub const PROFILES: [Profile; 3] = [
             (Objective::ProvisionTime, 2.0),
             (Objective::BytesPerInstance, 1.0),
             (Objective::BootTime, 1.0),
+        ],
+    },
+    Profile {
+        name: "cloud-image",
+        about: "instance disks from a base image (the cloud-image-backends preset): \
+                first-write-4k IOPS and p99, then boot-storm time, provisioning time and bytes \
+                per instance",
+        workload: Some("first-write-4k"),
+        weights: &[
+            (Objective::Iops, 2.0),
+            (Objective::P99Latency, 1.0),
+            (Objective::BootStormTime, 1.0),
+            (Objective::ProvisionTime, 1.0),
+            (Objective::BytesPerInstance, 1.0),
         ],
     },
 ];

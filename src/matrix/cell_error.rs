@@ -228,6 +228,17 @@ pub enum CellError {
     /// A signal stopped the cell.
     #[error("interrupted by signal")]
     Interrupted,
+    /// One instance of the boot storm (`--boot-storm`) failed; the storm fails the cell.
+    #[error("boot storm, instance {instance} of {k}: {source}")]
+    Storm {
+        /// Which instance (1-based, start order).
+        instance: u32,
+        /// Instances in the storm.
+        k: u32,
+        /// Its failure.
+        #[source]
+        source: Box<CellError>,
+    },
 }
 
 /// Why a hypervisor's cells cannot run on a host: they are reported unsupported with this.
@@ -314,6 +325,7 @@ impl CellError {
             }
             E::LibvirtLost => FailureKind::LibvirtLost,
             E::Interrupted => FailureKind::Interrupted,
+            E::Storm { source, .. } => source.kind(),
         }
     }
 

@@ -6,6 +6,7 @@
 use super::cell_error::{CellError, ConsoleTail, DomainNote};
 use super::config::{parse_size, MatrixConfig};
 use super::progress::{Output, Phase, Ui};
+use super::storm;
 use crate::cell::{Cell, Hypervisor};
 use crate::guest::boot::{boot_and_hello, BootError};
 use crate::guest::{Guest, GuestError, JobEvent, JobLimits, JobOutput};
@@ -141,6 +142,7 @@ impl CellCtx<'_, '_> {
         self.collect(&out)?;
         self.teardown(booted).await?;
         let allocated = tokio::task::block_in_place(|| backend.allocated_bytes());
+        let storm = self.storm(backend, &plan).await?;
         let mut parsed = plan
             .engine
             .parse(&out.artifacts)
@@ -151,6 +153,7 @@ impl CellCtx<'_, '_> {
         let split = metrics::split::latency_split(&parsed.metrics);
         parsed.metrics.extend(split);
         parsed.metrics.extend(allocated.map(allocated_metric));
+        parsed.metrics.extend(storm);
         self.baseline(&plan, &disk, &mut parsed.metrics);
         Ok(parsed)
     }
@@ -355,6 +358,63 @@ impl CellCtx<'_, '_> {
             return Err(CellError::LibvirtLost);
         }
         Ok(())
+    }
+
+    /// The boot storm (`--boot-storm K`, [`storm`]): K more instance disks made as this cell's
+    /// was, K guests started together. Their disks go with the cell's at its teardown.
+    async fn storm(
+        &mut self,
+        backend: &mut dyn StorageBackend,
+        plan: &WorkPlan,
+    ) -> Result<Vec<Metric>, CellError> {
+        let k = self.env.cfg.boot_storm;
+        if k < 2 {
+            return Ok(vec![]);
+        }
+        if crate::storage::kind::descriptor(self.cell.backend)
+            .instances()
+            .len()
+            < 2
+        {
+            // One disk per cell (a device, a LUN file, a host directory): no base to start many
+            // instances from. Said with the cell, not run.
+            self.params.insert(
+                "boot_storm".into(),
+                format!(
+                    "not run: backend {} makes no instance disks from a base image",
+                    self.cell.backend
+                ),
+            );
+            return Ok(vec![]);
+        }
+        self.env.ui.send(Output::Phase(Phase::Storm));
+        let t = Instant::now();
+        let mut specs = Vec::with_capacity(k as usize);
+        for i in 1..=k {
+            let work = self.work.join(format!("storm-{i}"));
+            crate::guest::dirs::make_work_dir(&work)
+                .map_err(CellError::host_io(format!("creating {}", work.display())))?;
+            let disk = tokio::task::block_in_place(|| {
+                backend.provision(self.cell, plan.steps.disk_bytes, &work)
+            })
+            .map_err(CellError::Provision)?;
+            let mut spec = domain_spec(self.env, self.cell, self.seq, &disk, self.dir);
+            spec.name = format!("{}-s{i}", spec.name);
+            spec.console_log = absolute(&self.dir.join(format!("storm-{i}-console.log")));
+            specs.push(spec);
+        }
+        let provision = t.elapsed();
+        let boot_timeout = Duration::from_secs(self.env.cfg.boot_timeout);
+        let instances = storm::run(self.env.conn, &specs, boot_timeout, self.env.cancel).await?;
+        self.params.insert(
+            "boot_storm".into(),
+            format!("{k} instances, boot read {}", storm::BOOT_READ),
+        );
+        Ok(storm::StormTimes {
+            instances,
+            provision,
+        }
+        .metrics())
     }
 
     /// The host baseline (`--host-baseline`): the guest is gone and the disk still exists, so

@@ -80,6 +80,11 @@ pub struct MatrixConfig {
     /// target (image file, LUN file, block device) and add `host_baseline_*` and
     /// `*_efficiency_pct` (guest IOPS / host IOPS). Default false.
     pub host_baseline: bool,
+    /// After each cell's job, K more instances from the same base started together (the boot
+    /// storm, [`super::storm`]): `boot_storm_*` figures. 0 is off; otherwise 2 to
+    /// [`super::storm::MAX_K`]. local and rbd cells (the backends that make instance disks from
+    /// a base). Default 0.
+    pub boot_storm: u32,
     /// Seconds without progress after which a running job fails with "no I/O progress": the
     /// disk under test completed no I/O (host-side counters) and fio printed no status line with
     /// a non-zero rate, while the guest is alive. Far below the job's total limit, so a stuck
@@ -175,6 +180,7 @@ impl Default for MatrixConfig {
             prefill: true,
             bonnie_files: 16,
             host_baseline: false,
+            boot_storm: 0,
             stall_timeout: 60,
             vcpus: 2,
             memory_mib: 512,
@@ -441,6 +447,7 @@ impl MatrixConfig {
             return Err(ConfigError::Invalid(format!("'{name}' must be at least 1")));
         }
         self.check_limits()?;
+        self.check_storm()?;
         self.check_layout_sizes()?;
         self.check_auto_repeat()?;
         self.check_sweeps()?;
@@ -578,6 +585,31 @@ impl MatrixConfig {
 
     /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
     /// asked either); Xen has no `<iotune>`.
+    /// A storm of 0 (off) or 2 to [`super::storm::MAX_K`] instances, whose guests fit in this
+    /// host's available memory (a storm on another libvirt host is that host's to fit).
+    fn check_storm(&self) -> Result<(), ConfigError> {
+        let (k, max) = (self.boot_storm, super::storm::MAX_K);
+        if k == 0 {
+            return Ok(());
+        }
+        if k == 1 || k > max {
+            return Err(ConfigError::Invalid(format!(
+                "'boot_storm' is {k}: give 0 (off) or 2 to {max} instances"
+            )));
+        }
+        let need = k as u64 * self.memory_mib;
+        match super::storm::mem_available_mib() {
+            Some(have) if self.hosts.is_empty() && need > have => {
+                Err(ConfigError::Invalid(format!(
+                    "'boot_storm' = {k} needs {k} x {} MiB = {need} MiB of guest memory; this \
+                     host has {have} MiB available: fewer instances or a smaller --memory",
+                    self.memory_mib
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn check_limits(&self) -> Result<(), ConfigError> {
         let caps = [
             ("iops_limit (--iops-limit)", self.iops_limit),

@@ -11,6 +11,7 @@ pub mod probe;
 pub mod progress;
 pub mod repeat;
 pub mod runner;
+pub mod storm;
 pub mod test_hooks;
 
 use crate::cell::{Backend, Bus, CacheMode, Cell, Hypervisor, IoMode, Layout, WorkloadId};

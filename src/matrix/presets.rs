@@ -1,4 +1,6 @@
-//! Seed presets: one matrix per write-up in `seeds/`, mapping the write-up's systems to cells.
+//! Presets: one matrix per write-up in `seeds/`, mapping the write-up's systems to cells, and
+//! one per decision vmbench is run for (`cloud-image-backends`: Nova's instance-disk layouts,
+//! then `recommend`).
 //!
 //! A preset is an overlay on [`MatrixConfig::default`]; command-line flags still override it key
 //! by key. What the write-up measured but vmbench cannot (yet) is listed in [`SeedPreset::not_here`]
@@ -18,6 +20,10 @@ pub struct SeedPreset {
     pub not_here: &'static [&'static str],
     /// Sets the preset's dimensions on a configuration.
     apply: fn(&mut MatrixConfig),
+    /// What to run on the finished run (`RUN` stands for its id), printed after it.
+    pub then: &'static str,
+    /// Whether it reproduces a write-up (a seed table of the same name).
+    pub seed: bool,
 }
 
 impl SeedPreset {
@@ -79,7 +85,50 @@ fn lvm_vs_partition(c: &mut MatrixConfig) {
     c.workload = vec![WorkloadId::Preset("bonnie".into())];
 }
 
-/// Every seed preset.
+/// OpenStack Nova's `images_type` layouts on this host, each from the run's one base image:
+/// `qcow2` (an overlay on the shared base, local and on NFS), `raw`/`flat` (a full copy), `lvm`
+/// (a copy into a logical volume, where device-mapper exists) and `rbd` (a clone of a protected
+/// snapshot). Cells that cannot exist here are listed as skipped with the reason, not dropped.
+fn cloud_image_backends(c: &mut MatrixConfig) {
+    use crate::cell::InstanceDisk;
+    c.hypervisor = vec![Hypervisor::Qemu];
+    c.backend = vec![Backend::Local, Backend::Nfs, Backend::Rbd, Backend::Lvm];
+    c.format = vec![Format::Qcow2, Format::Raw];
+    c.instance = vec![
+        InstanceDisk::Overlay,
+        InstanceDisk::Copy,
+        InstanceDisk::Clone,
+    ];
+    c.include = vec![
+        rule(&[
+            ("backend", "local"),
+            ("format", "qcow2"),
+            ("instance", "overlay"),
+        ]),
+        rule(&[
+            ("backend", "nfs"),
+            ("format", "qcow2"),
+            ("instance", "overlay"),
+        ]),
+        rule(&[
+            ("backend", "local"),
+            ("format", "raw"),
+            ("instance", "copy"),
+        ]),
+        rule(&[("backend", "lvm"), ("format", "raw"), ("instance", "copy")]),
+        rule(&[("backend", "rbd"), ("format", "raw"), ("instance", "clone")]),
+    ];
+    // The first write to an instance's own blocks (copy-on-write allocation on an overlay or a
+    // clone) and reads that fall through to the base: what separates the layouts.
+    c.workload = ["first-write-4k", "base-read-4k"]
+        .iter()
+        .map(|w| WorkloadId::Preset((*w).into()))
+        .collect();
+    c.repeat = super::repeat::Repeat::Fixed(3);
+    c.boot_storm = super::storm::host_default_k(c.memory_mib);
+}
+
+/// Every preset.
 pub const SEED_PRESETS: &[SeedPreset] = &[
     SeedPreset {
         name: "longhorn-localpv-openebs",
@@ -91,6 +140,8 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
             "Local PV (block) needs --block-device /dev/X --allow-destroy (a loop device works)",
         ],
         apply: longhorn,
+        then: "vmbench report RUN --against-seed longhorn-localpv-openebs",
+        seed: true,
     },
     SeedPreset {
         name: "xen-kvm-nfs-iscsi-local",
@@ -103,6 +154,8 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
              hosts themselves, not in a guest",
         ],
         apply: xen_kvm,
+        then: "vmbench report RUN --against-seed xen-kvm-nfs-iscsi-local",
+        seed: true,
     },
     SeedPreset {
         name: "lvm-vs-partition",
@@ -112,6 +165,22 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
             "host LVM (backend lvm) runs only with --lvm-vg VG on a host with device-mapper",
         ],
         apply: lvm_vs_partition,
+        then: "vmbench report RUN --against-seed lvm-vs-partition",
+        seed: true,
+    },
+    SeedPreset {
+        name: "cloud-image-backends",
+        about: "Nova's instance disks from one base: qcow2 overlay (local, nfs), raw copy, lvm \
+                copy, rbd clone; first write and base reads, 3 repeats, a boot storm; then \
+                recommend",
+        not_here: &[
+            "lvm copy needs --lvm-vg VG on a host with device-mapper",
+            "the guest boots from its kernel and initramfs, not from the instance disk: the boot \
+             storm's instances read their boot set (16 MiB) from the disk after their hello",
+        ],
+        apply: cloud_image_backends,
+        then: "vmbench recommend RUN --for cloud-image",
+        seed: false,
     },
 ];
 
@@ -130,6 +199,44 @@ pub fn seed_preset(name: &str) -> Result<&'static SeedPreset, String> {
         })
 }
 
+/// The cloud-image preset's cells here: each layout on the backend that has it, and the
+/// others listed with their reason.
+#[cfg(test)]
+mod cloud_tests {
+    use super::*;
+    use crate::cell::InstanceDisk;
+    use crate::matrix::expand;
+
+    #[test]
+    fn cloud_preset_runs_each_layout_where_it_exists_and_lists_the_rest() {
+        let p = expand(&seed_preset("cloud-image-backends").unwrap().config());
+        let has = |b: Backend, f: Format, i: InstanceDisk| {
+            p.cells
+                .iter()
+                .any(|c| c.backend == b && c.format == f && c.instance == i)
+        };
+        assert!(has(Backend::Local, Format::Qcow2, InstanceDisk::Overlay));
+        assert!(has(Backend::Local, Format::Raw, InstanceDisk::Copy));
+        assert!(has(Backend::Rbd, Format::Raw, InstanceDisk::Clone));
+        // Every cell is one of the five layouts, both workloads each.
+        assert!(p.cells.iter().all(|c| matches!(
+            (c.backend, c.format, c.instance),
+            (
+                Backend::Local | Backend::Nfs,
+                Format::Qcow2,
+                InstanceDisk::Overlay
+            ) | (
+                Backend::Local | Backend::Lvm,
+                Format::Raw,
+                InstanceDisk::Copy
+            ) | (Backend::Rbd, Format::Raw, InstanceDisk::Clone)
+        )));
+        assert_eq!(p.cells.len() % 2, 0);
+        let c = seed_preset("cloud-image-backends").unwrap().config();
+        assert!(c.boot_storm >= 2 && c.repeat == crate::matrix::repeat::Repeat::Fixed(3));
+    }
+}
+
 /// `vmbench presets`: one line each.
 pub fn listing() -> String {
     SEED_PRESETS
@@ -146,11 +253,13 @@ mod tests {
     #[test]
     fn every_preset_names_a_seed_table_and_validates() {
         for p in SEED_PRESETS {
-            assert!(
+            assert_eq!(
                 crate::report::seed::seed_table(p.name).is_ok(),
+                p.seed,
                 "{}",
                 p.name
             );
+            assert!(p.then.contains("RUN"), "{}", p.name);
             let c = p.config();
             if !c.backend.contains(&Backend::Block) {
                 c.validate().unwrap();

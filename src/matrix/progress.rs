@@ -24,6 +24,8 @@ pub enum Phase {
     Collect,
     /// Destroying the domain and the disk.
     Teardown,
+    /// K more instances from the same base started together (`--boot-storm`).
+    Storm,
 }
 
 impl Phase {
@@ -36,6 +38,7 @@ impl Phase {
             Phase::Run => "run",
             Phase::Collect => "collect",
             Phase::Teardown => "teardown",
+            Phase::Storm => "boot storm",
         }
     }
 }

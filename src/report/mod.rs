@@ -49,7 +49,9 @@ pub enum MetricSet {
 }
 
 /// The headline rows in order: (metric key, row label when it differs from the metric's own).
-const HEADLINE: [(&str, Option<&str>); 15] = [
+/// A row no cell recorded is left out (the cloud-layout rows at the end exist only for cells
+/// from a base image and `--boot-storm`).
+const HEADLINE: [(&str, Option<&str>); 19] = [
     ("read_iops", None),
     ("read_bw_mib_s", None),
     ("read_lat_mean_us", None),
@@ -71,6 +73,10 @@ const HEADLINE: [(&str, Option<&str>); 15] = [
     ("host_qemu_cpu_pct", None),
     ("storage_server_cpu_pct", None),
     ("storage_server_peak_rss_mib", None),
+    ("disk_allocated_mib", None),
+    ("boot_storm_all_hello_s", None),
+    ("boot_storm_all_ready_s", None),
+    ("boot_storm_slowest_boot_s", None),
 ];
 
 /// The metrics of `set`, in its order, with their row labels.
