@@ -357,7 +357,7 @@ impl StorageBackend for LocalBackend {
 
 /// Nova's `raw`/`flat`: every byte of the base written into the new disk (`-n`: the volume
 /// libvirt made, of the base's size, is the target).
-fn copy_base(base: &BaseImage, dest: &Path, format: Format) -> Result<(), StorageError> {
+pub(super) fn copy_base(base: &BaseImage, dest: &Path, format: Format) -> Result<(), StorageError> {
     let (src, dst) = (base.path().to_string_lossy(), dest.to_string_lossy());
     let args = [
         "convert",

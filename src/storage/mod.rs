@@ -65,6 +65,9 @@ pub enum Unsupported {
          base is not uploaded to {0}"
     )]
     RemoteBase(String),
+    /// A disk made from the run's base where this machine cannot write the base (why).
+    #[error("{0}")]
+    BaseNotHere(&'static str),
     /// The embedded server's programs, or QEMU's driver to reach it, are not installed.
     #[error("{detail} (scripts/setup-host installs it: apt-get install {install})")]
     NoServer {

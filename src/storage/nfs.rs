@@ -10,13 +10,14 @@
 //! - mounted: an export already mounted on the host (kernel client); the image is a plain file
 //!   there and libvirt gets a file disk.
 
+use super::base::{BaseImage, Bases};
 use super::cmd;
 use super::ganesha::{self, Ganesha};
 use super::options::StorageConfig;
 use super::{
     DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError, Unsupported,
 };
-use crate::cell::Cell;
+use crate::cell::{Cell, InstanceDisk};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -241,6 +242,10 @@ struct Created {
 pub struct NfsBackend {
     mode: NfsMode,
     created: Vec<Created>,
+    /// The run's bases, for instance disks made from one (embedded server only).
+    bases: Option<Bases>,
+    /// The newest image's file on this machine, for [`StorageBackend::allocated_bytes`].
+    made: Option<PathBuf>,
 }
 
 impl NfsBackend {
@@ -248,6 +253,46 @@ impl NfsBackend {
         NfsBackend {
             mode,
             created: Vec::new(),
+            bases: None,
+            made: None,
+        }
+    }
+
+    /// Disks made from the run's base images in `bases` (cells with `--instance-disk` overlay
+    /// or copy): the base is written into the embedded server's export, beside the instances.
+    pub fn from_bases(mut self, bases: Bases) -> Self {
+        self.bases = Some(bases);
+        self
+    }
+
+    /// The embedded server's URL of `base` (in its export's `_base/`).
+    fn base_url(&self, base: &BaseImage) -> Result<String, StorageError> {
+        let name = base.path().file_name().unwrap_or_default().to_string_lossy();
+        match &self.mode {
+            NfsMode::Embedded(g) => Ok(g.url_for(&format!("{BASE_DIR}/{name}"))),
+            _ => Err(Unsupported::BaseNotHere("a base on NFS: embedded server only").into()),
+        }
+    }
+
+    /// The base `cell`'s disk starts from, written into the export on first use; `None` for a
+    /// flat disk. Only the embedded server's export is a directory of this machine.
+    fn base_for(
+        &self,
+        cell: &Cell,
+        size_bytes: u64,
+    ) -> Result<Option<Arc<BaseImage>>, StorageError> {
+        if !cell.instance.from_base() {
+            return Ok(None);
+        }
+        match (&self.mode, &self.bases) {
+            (NfsMode::Embedded(g), Some(bases)) => {
+                Ok(Some(bases.get(&g.export_dir().join(BASE_DIR), size_bytes)?))
+            }
+            _ => Err(Unsupported::BaseNotHere(
+                "an instance disk from the run's base on NFS needs the embedded server (the \
+                 base is written into its export); --nfs and --nfs-mount take flat disks",
+            )
+            .into()),
         }
     }
 
@@ -336,11 +381,30 @@ impl NfsBackend {
             confirmed: false,
         });
         let size = size_bytes.to_string();
-        cmd::run(
-            "qemu-img",
-            &["create", "-q", "-f", cell.format.as_str(), &url, &size],
-        )?;
+        let base = self.base_for(cell, size_bytes)?;
+        match &base {
+            Some(b) if cell.instance == InstanceDisk::Overlay => {
+                overlay_on(&self.base_url(b)?, &url, size_bytes)?
+            }
+            _ => {
+                cmd::run(
+                    "qemu-img",
+                    &["create", "-q", "-f", cell.format.as_str(), &url, &size],
+                )?;
+            }
+        }
+        if let (Some(b), Some(file)) = (&base, &local) {
+            if cell.instance == InstanceDisk::Copy {
+                super::local::copy_base(b, file, cell.format)?;
+            }
+            params.insert("instance_disk".into(), cell.instance.to_string());
+            params.insert("base_image".into(), b.path().display().to_string());
+            if let Some(ms) = b.first_write_ms() {
+                params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
+            }
+        }
         self.confirm_last();
+        self.made = local.clone();
         if let Some(local) = &local {
             ganesha::restrict_image(local)?;
         }
@@ -366,6 +430,7 @@ impl NfsBackend {
         cell: &Cell,
         size_bytes: u64,
     ) -> Result<ProvisionedDisk, StorageError> {
+        self.base_for(cell, size_bytes)?;
         let name = self.image_name(cell);
         let path = dir.join(&name);
         self.created.push(Created {
@@ -417,6 +482,19 @@ fn mount_source(dir: &Path) -> Option<(String, String)> {
         .filter(|(_, mp, _)| dir.starts_with(mp))
         .max_by_key(|(_, mp, _)| mp.as_os_str().len())
         .map(|(src, _, fs)| (src, fs))
+}
+
+/// The run's bases in an export: a subdirectory, as Nova's `_base/`.
+const BASE_DIR: &str = "_base";
+
+/// A qcow2 overlay at `url` whose backing file is the base at `base_url`, through the same
+/// server and identity. The full URL goes in the overlay's header: QEMU 7.2's nfs driver
+/// cannot resolve a relative backing name ("Cannot generate a base directory for NFS node").
+/// Made through the server, as QEMU's identity, like every image on the export.
+fn overlay_on(base_url: &str, url: &str, size_bytes: u64) -> Result<(), StorageError> {
+    let size = size_bytes.to_string();
+    let args = ["create", "-q", "-f", "qcow2", "-b", base_url, "-F", "raw", url, &*size];
+    cmd::run("qemu-img", &args).map(drop)
 }
 
 /// Removes one created image; missing is fine.
@@ -480,6 +558,14 @@ impl StorageBackend for NfsBackend {
         }
         Ok(())
     }
+
+    /// The image file's blocks in the embedded server's export (an overlay's own, not its
+    /// base's); `None` on an external server.
+    fn allocated_bytes(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(self.made.as_ref()?).ok()?;
+        Some(meta.blocks() * 512)
+    }
 }
 
 /// A mounted export must be a real NFS mount (statfs says NFS), else it is just a directory.
@@ -516,6 +602,16 @@ pub static KIND: Kind = Kind;
 impl super::BackendKind for Kind {
     fn backend(&self) -> crate::cell::Backend {
         crate::cell::Backend::Nfs
+    }
+
+    /// An overlay on the run's base in the export (Nova's `qcow2` on shared storage, the
+    /// base in `_base/` beside the instances) or a full copy of it; embedded server only.
+    fn instances(&self) -> &'static [InstanceDisk] {
+        &[
+            InstanceDisk::Flat,
+            InstanceDisk::Overlay,
+            InstanceDisk::Copy,
+        ]
     }
 
     fn net_protocol(&self) -> Option<super::NetProtocol> {
@@ -585,8 +681,13 @@ impl super::BackendKind for Kind {
             (None, None) => {
                 let g = servers.ganesha(cell.link)?;
                 let server = Some(super::servers::identity(g.as_ref()));
+                let b = NfsBackend::embedded(g);
+                let b = match cell.instance.from_base() {
+                    true => b.from_bases(servers.bases()),
+                    false => b,
+                };
                 super::Opened {
-                    backend: Box::new(NfsBackend::embedded(g)),
+                    backend: Box::new(b),
                     server,
                     companions: vec![],
                 }
