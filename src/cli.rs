@@ -514,13 +514,18 @@ pub struct RecommendArgs {
     pub objective: Option<String>,
     /// A named question that picks the workload and the weights: database (pg-randrw;
     /// iops=2,p99=2,host-cpu=1), streaming (seq-read-1m; bandwidth=3,host-cpu=1,p99=1),
-    /// boot-storm (boot-storm=3,provision=2,bytes=1,boot=1). Objectives a run has no figure for
+    /// boot-storm (boot-storm=3,provision=2,bytes=1,boot=1), cloud-image (first-write-4k;
+    /// iops=2,p99=1,boot-storm=1,provision=1,bytes=1). Objectives a run has no figure for
     /// are said "not measured in this run" and left out.
     #[arg(long = "for", value_name = "PROFILE")]
     pub profile: Option<String>,
     /// Also write the recommendation (or why there is none) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also write it as an HTML page: the ranking with each figure's 95% interval, and a
+    /// scatter of the first two objectives with the intervals as error bars.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Store options.
     #[command(flatten)]
     pub db: DbArgs,

@@ -599,6 +599,9 @@ fn cmd_recommend(a: &cli::RecommendArgs) -> Result<i32, CliError> {
             if let Some(p) = &a.json {
                 write_out(&Some(p.clone()), &json_text(&r)?)?;
             }
+            if let Some(p) = &a.html {
+                write_out(&Some(p.clone()), &report::recommend_html::render(&r))?;
+            }
             print!("{}", recommend::render_text(&r));
             Ok(0)
         }

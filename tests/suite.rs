@@ -7,6 +7,7 @@ mod common;
 
 mod agent_boot;
 mod architecture;
+mod cloud_preset;
 mod compare_ab;
 mod compare_html;
 mod compare_recommend;

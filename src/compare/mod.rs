@@ -473,7 +473,7 @@ impl Comparison {
     }
 }
 
-mod table;
+pub(crate) mod table;
 
 /// Passed repeats of each cell, by cell id, in first-seen order.
 struct Side<'a> {

@@ -19,17 +19,31 @@ pub enum StorageLoss {
         /// Its process id.
         pid: u32,
     },
+    /// Another process of the server's stack exited (the Ceph monitor beside the OSD): the
+    /// cluster stops serving new sessions and maps, so the cell's figures no longer describe it.
+    #[error(
+        "storage server lost: a process of the embedded {server}'s stack (pid {pid}, beside \
+         the server itself: the Ceph monitor) exited during the job"
+    )]
+    CompanionExited {
+        /// The main server's name.
+        server: &'static str,
+        /// The companion's process id.
+        pid: u32,
+    },
     /// QEMU stopped the guest on a disk I/O error (libvirt's paused reason
     /// [`PausedReason::IoError`]).
     #[error("storage server lost: QEMU paused the domain on an I/O error")]
     PausedOnIoError,
 }
 
-/// Resolves once the cell's storage is lost: the embedded server's process died, or QEMU paused
-/// the domain on an I/O error. Never resolves while both are fine.
+/// Resolves once the cell's storage is lost: the embedded server's process or one of its
+/// `companions` died, or QEMU paused the domain on an I/O error. Never resolves while all are
+/// fine.
 pub async fn storage_lost(
     dom: Arc<RunningDomain>,
     server: Option<(&'static str, u32)>,
+    companions: Vec<u32>,
 ) -> StorageLoss {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
@@ -37,6 +51,12 @@ pub async fn storage_lost(
         if let Some((name, pid)) = server {
             if !crate::storage::cmd::pid_alive(pid) {
                 return StorageLoss::ServerExited { name, pid };
+            }
+            if let Some(&c) = companions.iter().find(|c| !crate::storage::cmd::pid_alive(**c)) {
+                return StorageLoss::CompanionExited {
+                    server: name,
+                    pid: c,
+                };
             }
         }
         let d = dom.clone();

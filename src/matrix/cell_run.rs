@@ -477,7 +477,11 @@ impl CellCtx<'_, '_> {
         let run = async {
             tokio::select! {
                 r = b.guest.run(job, &limits, on_event) => r.map_err(JobStop::Guest),
-                lost = watch::storage_lost(dom.clone(), self.env.server) => {
+                lost = watch::storage_lost(
+                    dom.clone(),
+                    self.env.server,
+                    self.env.server_companions.to_vec(),
+                ) => {
                     Err(JobStop::StorageLost(lost))
                 }
                 idle = stalled => Err(JobStop::Stalled(idle)),

@@ -544,8 +544,9 @@ fn banner(view: &View<'_>) -> String {
 fn headline_infos(view: &View<'_>) -> Vec<super::summary::MetricInfo> {
     let infos = metric_infos(view.groups.iter().flat_map(|g| g.passed()));
     crate::workload::headline_metrics()
-        .iter()
-        .filter_map(|k| infos.iter().find(|i| i.key == *k).cloned())
+        .into_iter()
+        .chain(super::CLOUD_ROWS)
+        .filter_map(|k| infos.iter().find(|i| i.key == k).cloned())
         .collect()
 }
 

@@ -14,6 +14,7 @@ pub mod compare_html;
 pub mod html;
 pub mod latency_split;
 pub mod openmetrics;
+pub mod recommend_html;
 pub mod seed;
 pub mod seed_origin;
 pub mod summary;
@@ -73,10 +74,19 @@ const HEADLINE: [(&str, Option<&str>); 19] = [
     ("host_qemu_cpu_pct", None),
     ("storage_server_cpu_pct", None),
     ("storage_server_peak_rss_mib", None),
-    ("disk_allocated_mib", None),
-    ("boot_storm_all_hello_s", None),
-    ("boot_storm_all_ready_s", None),
-    ("boot_storm_slowest_boot_s", None),
+    (CLOUD_ROWS[0], None),
+    (CLOUD_ROWS[1], None),
+    (CLOUD_ROWS[2], None),
+    (CLOUD_ROWS[3], None),
+];
+
+/// The cloud-layout figures every report shows after the engine's headline ones, where a cell
+/// has them: bytes per instance and the boot storm's (`--instance-disk`, `--boot-storm`).
+pub(crate) const CLOUD_ROWS: [&str; 4] = [
+    "disk_allocated_mib",
+    "boot_storm_all_hello_s",
+    "boot_storm_all_ready_s",
+    "boot_storm_slowest_boot_s",
 ];
 
 /// The metrics of `set`, in its order, with their row labels.

@@ -284,6 +284,11 @@ impl super::BackendKind for Kind {
         )
     }
 
+    /// A preset's LVM cells need a volume group the user names (`--lvm-vg`).
+    fn preset_needs_device(&self, opts: &super::options::StorageConfig) -> bool {
+        opts.lvm_vg.is_none()
+    }
+
     fn validate(
         &self,
         opts: &super::options::StorageConfig,

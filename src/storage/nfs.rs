@@ -267,7 +267,11 @@ impl NfsBackend {
 
     /// The embedded server's URL of `base` (in its export's `_base/`).
     fn base_url(&self, base: &BaseImage) -> Result<String, StorageError> {
-        let name = base.path().file_name().unwrap_or_default().to_string_lossy();
+        let name = base
+            .path()
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
         match &self.mode {
             NfsMode::Embedded(g) => Ok(g.url_for(&format!("{BASE_DIR}/{name}"))),
             _ => Err(Unsupported::BaseNotHere("a base on NFS: embedded server only").into()),
@@ -493,7 +497,9 @@ const BASE_DIR: &str = "_base";
 /// Made through the server, as QEMU's identity, like every image on the export.
 fn overlay_on(base_url: &str, url: &str, size_bytes: u64) -> Result<(), StorageError> {
     let size = size_bytes.to_string();
-    let args = ["create", "-q", "-f", "qcow2", "-b", base_url, "-F", "raw", url, &*size];
+    let args = [
+        "create", "-q", "-f", "qcow2", "-b", base_url, "-F", "raw", url, &*size,
+    ];
     cmd::run("qemu-img", &args).map(drop)
 }
 
