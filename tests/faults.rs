@@ -492,7 +492,11 @@ fn ceph_monitor_killed_mid_cell() {
         name: "embedded ceph-mon killed mid-run",
         seq: 0,
         action: Outside::KillCephMon,
-        want: &["storage server lost", "embedded ceph's stack", "Ceph monitor"],
+        want: &[
+            "storage server lost",
+            "embedded ceph's stack",
+            "Ceph monitor",
+        ],
     }];
     let (code, _) = run_with_actions(
         &s,

@@ -52,7 +52,10 @@ pub async fn storage_lost(
             if !crate::storage::cmd::pid_alive(pid) {
                 return StorageLoss::ServerExited { name, pid };
             }
-            if let Some(&c) = companions.iter().find(|c| !crate::storage::cmd::pid_alive(**c)) {
+            if let Some(&c) = companions
+                .iter()
+                .find(|c| !crate::storage::cmd::pid_alive(**c))
+            {
                 return StorageLoss::CompanionExited {
                     server: name,
                     pid: c,

@@ -19,7 +19,7 @@ use crate::hypervisor::libvirt::Libvirt;
 use crate::hypervisor::DomainSpec;
 use crate::results::{Better, Metric};
 use std::time::{Duration, Instant};
-use vmbench_proto::{Job, Step, TEST_DISK_SERIAL};
+use vmbench_proto::{Job, TEST_DISK_SERIAL};
 
 /// How much of its disk each storm instance reads after its hello: its boot set.
 pub const BOOT_READ: &str = "16M";
@@ -48,21 +48,12 @@ pub fn mem_available_mib() -> Option<u64> {
     Some(kib / 1024)
 }
 
-/// The job each instance runs after its hello: read the boot set, direct, in 64 KiB requests.
+/// The job each instance runs after its hello: read the boot set.
 pub fn boot_read_job(id: u64) -> Job {
-    let job_text = format!(
-        "[boot-read]\nfilename={{disk}}\nrw=read\nbs=64k\nsize={BOOT_READ}\ndirect=1\n\
-         ioengine=psync\n"
-    );
     Job {
         id,
         disk_serial: TEST_DISK_SERIAL.into(),
-        steps: vec![Step::Fio {
-            job_text,
-            args: vec![],
-            output_name: "boot-read.json".into(),
-            log_prefix: None,
-        }],
+        steps: vec![crate::workload::boot_read_step(BOOT_READ)],
     }
 }
 
@@ -247,7 +238,7 @@ mod tests {
     fn the_boot_read_reads_the_boot_set_of_the_disk_under_test() {
         let j = boot_read_job(7);
         assert_eq!(j.disk_serial, TEST_DISK_SERIAL);
-        let Step::Fio { job_text, .. } = &j.steps[0] else {
+        let vmbench_proto::Step::Fio { job_text, .. } = &j.steps[0] else {
             panic!("{j:?}")
         };
         assert!(job_text.contains("filename={disk}") && job_text.contains("rw=read"));

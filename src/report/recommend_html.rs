@@ -134,18 +134,10 @@ fn scatter(r: &Recommendation) -> String {
     let (w, h, m) = (640.0, 400.0, 60.0);
     let sx = |v: f64| m + (v - x0) / (x1 - x0) * (w - 2.0 * m);
     let sy = |v: f64| h - m - (v - y0) / (y1 - y0) * (h - 2.0 * m);
-    let mut svg = format!(
-        "<line x1=\"{m}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#333\"/>\
-         <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{b}\" stroke=\"#333\"/>\
-         <text x=\"{cx}\" y=\"{ty}\" text-anchor=\"middle\">{xl}</text>\
-         <text x=\"14\" y=\"{cy}\" transform=\"rotate(-90 14 {cy})\" text-anchor=\"middle\">{yl}</text>",
-        b = h - m,
-        r = w - m,
-        cx = w / 2.0,
-        ty = h - 15.0,
-        cy = h / 2.0,
-        xl = esc(&axis_label(x.objective.noun(), x.higher_is_better)),
-        yl = esc(&axis_label(y.objective.noun(), y.higher_is_better)),
+    let mut svg = axes(
+        (w, h, m),
+        &axis_label(x.objective.noun(), x.higher_is_better),
+        &axis_label(y.objective.noun(), y.higher_is_better),
     );
     for (i, (c, fx, fy)) in pts.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
@@ -190,6 +182,23 @@ fn scatter(r: &Recommendation) -> String {
         x.objective.noun()
     );
     figure("recommend-scatter", &caption, w, h, &svg)
+}
+
+/// The two axes of a `w` x `h` chart with margin `m`, and their labels.
+fn axes((w, h, m): (f64, f64, f64), x_label: &str, y_label: &str) -> String {
+    format!(
+        "<line x1=\"{m}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#333\"/>\
+         <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{b}\" stroke=\"#333\"/>\
+         <text x=\"{cx}\" y=\"{ty}\" text-anchor=\"middle\">{xl}</text>\
+         <text x=\"14\" y=\"{cy}\" transform=\"rotate(-90 14 {cy})\" text-anchor=\"middle\">{yl}</text>",
+        b = h - m,
+        r = w - m,
+        cx = w / 2.0,
+        ty = h - 15.0,
+        cy = h / 2.0,
+        xl = esc(x_label),
+        yl = esc(y_label),
+    )
 }
 
 fn axis_label(noun: &str, higher_is_better: bool) -> String {
@@ -267,7 +276,7 @@ mod tests {
         let page = render(&rec());
         assert!(page.contains("<table id=\"ranking\">"), "{page}");
         // 500 ± t(0.975, 2) x 10 / sqrt(3) = 500 ± 24.84
-        assert!(page.contains("95% CI [475, 525], n=3"), "{page}");
+        assert!(page.contains("95% CI [475.2, 524.8], n=3"), "{page}");
         assert_eq!(page.matches("<circle").count(), 2);
         assert_eq!(
             page.matches("class=\"ci\"").count(),

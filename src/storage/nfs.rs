@@ -384,29 +384,7 @@ impl NfsBackend {
             local: local.clone(),
             confirmed: false,
         });
-        let size = size_bytes.to_string();
-        let base = self.base_for(cell, size_bytes)?;
-        match &base {
-            Some(b) if cell.instance == InstanceDisk::Overlay => {
-                overlay_on(&self.base_url(b)?, &url, size_bytes)?
-            }
-            _ => {
-                cmd::run(
-                    "qemu-img",
-                    &["create", "-q", "-f", cell.format.as_str(), &url, &size],
-                )?;
-            }
-        }
-        if let (Some(b), Some(file)) = (&base, &local) {
-            if cell.instance == InstanceDisk::Copy {
-                super::local::copy_base(b, file, cell.format)?;
-            }
-            params.insert("instance_disk".into(), cell.instance.to_string());
-            params.insert("base_image".into(), b.path().display().to_string());
-            if let Some(ms) = b.first_write_ms() {
-                params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
-            }
-        }
+        self.make_image(cell, size_bytes, &url, local.as_deref(), &mut params)?;
         self.confirm_last();
         self.made = local.clone();
         if let Some(local) = &local {
@@ -426,6 +404,42 @@ impl NfsBackend {
             host_path: local,
             params,
         })
+    }
+
+    /// The image at `url`: empty, an overlay on the run's base, or a copy of it (through its
+    /// file on this machine, `local`), with the base's params.
+    fn make_image(
+        &self,
+        cell: &Cell,
+        size_bytes: u64,
+        url: &str,
+        local: Option<&Path>,
+        params: &mut BTreeMap<String, String>,
+    ) -> Result<(), StorageError> {
+        let base = self.base_for(cell, size_bytes)?;
+        match &base {
+            Some(b) if cell.instance == InstanceDisk::Overlay => {
+                overlay_on(&self.base_url(b)?, url, size_bytes)?
+            }
+            _ => {
+                let size = size_bytes.to_string();
+                cmd::run(
+                    "qemu-img",
+                    &["create", "-q", "-f", cell.format.as_str(), url, &size],
+                )?;
+            }
+        }
+        if let (Some(b), Some(file)) = (&base, local) {
+            if cell.instance == InstanceDisk::Copy {
+                super::local::copy_base(b, file, cell.format)?;
+            }
+            params.insert("instance_disk".into(), cell.instance.to_string());
+            params.insert("base_image".into(), b.path().display().to_string());
+            if let Some(ms) = b.first_write_ms() {
+                params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
+            }
+        }
+        Ok(())
     }
 
     fn provision_mounted(

@@ -190,6 +190,21 @@ pub fn layout_step(cell: &crate::cell::Cell) -> Option<vmbench_proto::Step> {
     Some(Step::Mkfs { fs, volume })
 }
 
+/// The boot read of a storm instance ([`crate::matrix::storm`]): fio reads the first `size` of
+/// the disk under test once, direct, in 64 KiB requests (what a cloud image's boot reads).
+pub fn boot_read_step(size: &str) -> vmbench_proto::Step {
+    let job_text = format!(
+        "[boot-read]\nfilename={{disk}}\nrw=read\nbs=64k\nsize={size}\ndirect=1\n\
+         ioengine=psync\n"
+    );
+    vmbench_proto::Step::Fio {
+        job_text,
+        args: vec![],
+        output_name: "boot-read.json".into(),
+        log_prefix: None,
+    }
+}
+
 /// The agent's "mounted DEVICE (FSTYPE)" line in a step's stderr tail, as the param
 /// `guest_mounted_device` = DEVICE: which device (disk, partition, LV) the filesystem went on.
 pub fn mounted_device<'a>(tails: impl IntoIterator<Item = &'a str>) -> Option<(String, String)> {
