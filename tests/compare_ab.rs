@@ -3,8 +3,8 @@
 //! night. Each night is one local raw pg-randrw cell with CI-sized jobs (tests/common's sizes).
 //!
 //! (a) night 1 has nothing to compare with; night 2 is an A/A pair with night 1 (never exit 1);
-//! night 3 is capped (`iops_limit`, libvirt `<iotune>`) at half of night 2's measured IOPS: the
-//! gate fails on it, and only on it. (b) a night with a different recorded QEMU version and no
+//! night 3 is capped (`iops_limit`, libvirt `<iotune>`) at a quarter of night 2's measured IOPS:
+//! the gate fails on it, and only on it. (b) a night with a different recorded QEMU version and no
 //! drop (night 2 exported, its QEMU version edited, imported): not exit 1, `what changed`
 //! printed first; it is also night 3's baseline, so night 3 is a QEMU change with a real drop.
 //! (c) a night whose cell fails (a boot timeout shorter than any boot): exit 1, the cell broken.
@@ -171,10 +171,14 @@ fn the_nightly_recipe_fails_on_the_slow_night_and_only_then() {
         "{text}"
     );
 
-    // Night 3: capped at half of night 2's IOPS. The gate fails, on read and write IOPS; its
+    // Night 3: capped at a quarter of night 2's IOPS. Not half: night 2 has 5 repeats, and on a
+    // noisy CI host one of them can put its CV at 25%, where Welch's t for a 50% drop against the
+    // nearly constant capped side is about 6 at ~4 df (p ~0.003, times 6 rows under Holm: above
+    // 0.01, inconclusive; CI saw exactly that). A 75% drop is t ~12 there (adjusted p ~0.002),
+    // and still clears alpha at a 35% CV. The gate fails, on read and write IOPS; its
     // baseline is the newest earlier good night, the imported one, so this is also a QEMU
     // change (back) with a real drop.
-    let cap = ((mean(&night2, "read_iops") + mean(&night2, "write_iops")) / 2.0).round() as u64;
+    let cap = ((mean(&night2, "read_iops") + mean(&night2, "write_iops")) / 4.0).round() as u64;
     let out = n.recipe("run", &config(3, &format!("iops_limit = {cap}\n")));
     let v = n.verdict().unwrap();
     let night3 = n.newest();
