@@ -625,6 +625,7 @@ impl Cell {
         "iodepth",
         "numjobs",
         "rwmix",
+        "direct",
         "iothread",
         "queues",
         "pin",
@@ -662,6 +663,7 @@ impl Cell {
             ("iodepth", opt_string(self.job.iodepth)),
             ("numjobs", opt_string(self.job.numjobs)),
             ("rwmix", opt_string(self.job.rwmix)),
+            ("direct", opt_string(self.job.direct)),
             ("iothread", self.tuning.iothread.to_string()),
             ("queues", opt_string(self.tuning.queues)),
             ("pin", self.tuning.pin.to_string()),
@@ -808,7 +810,7 @@ impl From<BlockSize> for String {
     }
 }
 
-/// fio parameters a sweep (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`) sets over a fio
+/// fio parameters a sweep (`--bs`, `--iodepth`, `--numjobs`, `--rwmix`, `--direct`) sets over a fio
 /// preset's own values; `None` keeps the preset's. The job text is rewritten by
 /// `workload::fio` (`JobOverrides::apply`); job files and bonnie++ refuse them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -822,6 +824,9 @@ pub struct JobOverrides {
     pub numjobs: Option<u32>,
     /// Read share of a mixed workload, in percent (fio `rwmixread`).
     pub rwmix: Option<u8>,
+    /// fio `direct`: 1 bypasses the guest's page cache (every preset's own value), 0 is
+    /// buffered I/O through it (the Longhorn write-up's pod ran fio buffered, on a file).
+    pub direct: Option<u8>,
 }
 
 impl JobOverrides {
@@ -844,6 +849,9 @@ impl JobOverrides {
         }
         if let Some(r) = self.rwmix {
             v.push(("rwmixread", r.to_string()));
+        }
+        if let Some(d) = self.direct {
+            v.push(("direct", d.to_string()));
         }
         v
     }

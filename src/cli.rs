@@ -267,6 +267,10 @@ pub struct MatrixArgs {
     /// [default: the preset's]
     #[arg(long, value_name = "LIST")]
     pub rwmix: Option<String>,
+    /// fio's direct flag to sweep over the preset's: 0 is buffered I/O through the guest's page
+    /// cache, 1 bypasses it, e.g. 0 or 0,1. [default: the preset's, 1]
+    #[arg(long, value_name = "LIST")]
+    pub direct: Option<String>,
     /// A dedicated QEMU I/O thread for the disk under test: off, on. [default: off]
     #[arg(long, value_name = "LIST")]
     pub iothread: Option<String>,
@@ -740,6 +744,9 @@ fn sweep_numbers(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
     }
     if let Some(s) = &a.numjobs {
         c.numjobs = parse_numbers(s, "numjobs", 1, 1024)?;
+    }
+    if let Some(s) = &a.direct {
+        c.direct = parse_numbers(s, "direct (0 buffered, 1 O_DIRECT)", 0, 1)?;
     }
     if let Some(s) = &a.rwmix {
         c.rwmix = parse_numbers(s, "rwmix (read %)", 0, 100)?;

@@ -1,7 +1,9 @@
 //! Issue 24's in-run A/B, Firecracker's way, on real guests: the README's "Two modes" commands.
 //! One run with the same QEMU binary under three `--emulator` names, interleaved, CI-sized jobs
 //! (tests/common), 4 repeats: `a` and `b` uncapped, `c` capped (`--cap-only emulator=c`) at a
-//! fixed 1,000 IOPS, which the test checks is at most half of what the uncapped sides measured.
+//! fixed 400 IOPS, which the test checks is at most a quarter of what the uncapped sides measured
+//! (at 1,000, a fresh-clone run on a loaded host measured the uncapped side at 2,500 IOPS with a
+//! 32% CV: -62%, adjusted p 0.024, exit 3).
 //! `compare --within last --along emulator=a,b` (an A/A pair) is not exit 1; `--along
 //! emulator=a,c` is exit 1 (a significant regression row) with read and write IOPS down by at
 //! least half. Bad `--along` values are exit 2.
@@ -11,7 +13,7 @@ use std::process::{Command, Output};
 use vmbench::results::RunRecord;
 
 const QEMU: &str = "/usr/bin/qemu-system-x86_64";
-const CAP: f64 = 1000.0;
+const CAP: f64 = 400.0;
 const REPEATS: usize = 4;
 
 /// `vmbench compare --within last --along ALONG --json FILE` (the README's line) on the scratch's
@@ -116,8 +118,8 @@ fn one_run_two_builds_an_aa_pair_passes_and_a_capped_side_fails() {
     }
     let (a, c) = (total_iops(&rec, "a"), total_iops(&rec, "c"));
     assert!(
-        a >= 2.0 * CAP && c <= CAP * 1.1,
-        "the capped side must be at most half the uncapped: a {a:.0} IOPS, c {c:.0} (cap {CAP})"
+        a >= 4.0 * CAP && c <= CAP * 1.1,
+        "the capped side must be at most a quarter of the uncapped: a {a:.0} IOPS, c {c:.0} (cap {CAP})"
     );
 
     let (code, v, text) = within(&s, "emulator=a,b");

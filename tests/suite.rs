@@ -47,6 +47,7 @@ mod report_seed;
 mod report_tables;
 mod results_cli;
 mod security_closed;
+mod seed_presets;
 mod soak;
 mod storage_pools;
 mod storage_servers;

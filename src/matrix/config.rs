@@ -133,6 +133,9 @@ pub struct MatrixConfig {
     pub numjobs: Vec<u32>,
     /// fio read shares (%) swept over the preset's `rwmixread`. Default none.
     pub rwmix: Vec<u8>,
+    /// fio `direct` values swept over the preset's (`[0]`: buffered I/O through the guest's
+    /// page cache; every preset says 1). Default none.
+    pub direct: Vec<u8>,
     /// A dedicated QEMU I/O thread for the disk under test: `off`, `on`. Default `["off"]`.
     pub iothread: Vec<crate::cell::IoThread>,
     /// virtio queues of the disk under test (virtio-scsi: its controller's). Default none
@@ -197,6 +200,7 @@ impl Default for MatrixConfig {
             iodepth: vec![],
             numjobs: vec![],
             rwmix: vec![],
+            direct: vec![],
             iothread: vec![crate::cell::IoThread::Off],
             queues: vec![],
             pin: vec![crate::cell::Pin::Off],
@@ -509,6 +513,7 @@ impl MatrixConfig {
             ("--iodepth", !self.iodepth.is_empty()),
             ("--numjobs", !self.numjobs.is_empty()),
             ("--rwmix", !self.rwmix.is_empty()),
+            ("--direct", !self.direct.is_empty()),
         ]
         .into_iter()
         .filter_map(|(f, on)| on.then_some(f))
@@ -526,6 +531,11 @@ impl MatrixConfig {
                     "'{name}' must be from {lo} to {hi}, got {v}"
                 )));
             }
+        }
+        if let Some(v) = self.direct.iter().find(|v| **v > 1) {
+            return Err(ConfigError::Invalid(format!(
+                "'direct (--direct)' is fio's direct flag, 0 (buffered) or 1 (O_DIRECT), got {v}"
+            )));
         }
         if let Some(v) = self.rwmix.iter().find(|v| **v > 100) {
             return Err(ConfigError::Invalid(format!(

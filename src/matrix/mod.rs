@@ -143,18 +143,21 @@ fn sweep(base: Cell, cfg: &MatrixConfig) -> Vec<Cell> {
         for iodepth in or_none(&cfg.iodepth) {
             for numjobs in or_none(&cfg.numjobs) {
                 for rwmix in or_none(&cfg.rwmix) {
-                    let job = crate::cell::JobOverrides {
-                        bs: bs.clone(),
-                        iodepth,
-                        numjobs,
-                        rwmix,
-                    };
-                    for tuning in cfg.tunings() {
-                        out.push(Cell {
-                            job: job.clone(),
-                            tuning,
-                            ..base.clone()
-                        });
+                    for direct in or_none(&cfg.direct) {
+                        let job = crate::cell::JobOverrides {
+                            bs: bs.clone(),
+                            iodepth,
+                            numjobs,
+                            rwmix,
+                            direct,
+                        };
+                        for tuning in cfg.tunings() {
+                            out.push(Cell {
+                                job: job.clone(),
+                                tuning,
+                                ..base.clone()
+                            });
+                        }
                     }
                 }
             }
@@ -346,7 +349,7 @@ pub fn check_rule(rule: &BTreeMap<String, String>) -> Result<(), ConfigError> {
             "host" => v.parse::<crate::cell::HostName>().map(drop),
             "emulator" => v.parse::<crate::cell::EmulatorName>().map(drop),
             "instance" => v.parse::<crate::cell::InstanceDisk>().map(drop),
-            "bs" | "iodepth" | "numjobs" | "rwmix" | "queues" => Ok(()),
+            "bs" | "iodepth" | "numjobs" | "rwmix" | "direct" | "queues" => Ok(()),
             "link" => {
                 v.parse::<crate::cell::Link>()
                     .map_err(|e| ConfigError::Invalid(e.to_string()))?;

@@ -228,7 +228,7 @@ pub enum EngineError {
     },
     /// Sweep values for an engine or job that does not take them (the matrix refuses these
     /// before the run; this guards the engine itself).
-    #[error("{0} does not take --bs/--iodepth/--numjobs/--rwmix: they override fio presets only")]
+    #[error("{0} does not take --bs/--iodepth/--numjobs/--rwmix/--direct: they override fio presets only")]
     OverridesRefused(&'static str),
     /// The test area does not fit on the disk.
     #[error("fio size {size} is larger than the disk ({disk_mib} MiB)")]
@@ -295,6 +295,7 @@ mod tests {
         iodepth: None,
         numjobs: None,
         rwmix: None,
+        direct: None,
     };
 
     fn fixture(name: &str) -> String {

@@ -1199,12 +1199,30 @@ mod override_tests {
             iodepth: Some(32),
             numjobs: None,
             rwmix: Some(70),
+            direct: None,
         };
         assert_eq!(o.slug(), "-bs4k-qd32-rw70");
         let job = "[global]\nbs=8k\niodepth=16\n[a]\nrw=randrw\niodepth=1\n";
         assert_eq!(
             o.apply(job),
             "[global]\nrwmixread=70\nbs=4k\niodepth=32\n[a]\nrw=randrw\niodepth=32\n"
+        );
+    }
+
+    /// `--direct 0`: the seed job's `direct=1` becomes buffered I/O, nothing else changes.
+    #[test]
+    fn direct_zero_makes_the_seed_job_buffered() {
+        let o = JobOverrides {
+            direct: Some(0),
+            ..JobOverrides::default()
+        };
+        assert_eq!(o.slug(), "-direct0");
+        let job = o.apply(crate::workload::PG_RANDRW);
+        assert!(job.contains("\ndirect=0\n"), "{job}");
+        assert!(!job.contains("direct=1"), "{job}");
+        assert_eq!(
+            job.replace("direct=0", "direct=1"),
+            crate::workload::PG_RANDRW
         );
     }
 }
