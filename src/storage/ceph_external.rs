@@ -692,11 +692,11 @@ mod tests {
     }
 
     /// `ceph config generate-minimal-conf` of the embedded cluster (Ceph 16.2.15, msgr v2 only),
-    /// as the host test in tests/rbd_external.rs writes it.
-    const MINIMAL_CONF: &str = "# minimal ceph.conf for 3b3f1ad2-8f38-4d54-9b2c-2f5b8c7a6e11\n\
+    /// as tests/rbd_external.rs's run printed it: a one-address vector without brackets.
+    const MINIMAL_CONF: &str = "# minimal ceph.conf for 5aa9f84a-adf1-4c06-b11f-c0b77f229607\n\
         [global]\n\
-        \tfsid = 3b3f1ad2-8f38-4d54-9b2c-2f5b8c7a6e11\n\
-        \tmon_host = [v2:169.254.97.150:3300/0]\n";
+        \tfsid = 5aa9f84a-adf1-4c06-b11f-c0b77f229607\n\
+        \tmon_host = v2:169.254.220.150:3300/0\n\n";
 
     /// `ceph-authtool --create-keyring K --gen-key -n client.vmbench --cap mon 'profile rbd'
     /// --cap osd 'profile rbd pool=rbd'`, then the same with `-n client.admin` (Ceph 16.2.15).
@@ -712,8 +712,8 @@ mod tests {
     fn a_minimal_conf_names_the_monitors() {
         let c = ConfFile::parse(MINIMAL_CONF);
         let v = c.get("vmbench", "mon host").unwrap();
-        assert_eq!(v, "[v2:169.254.97.150:3300/0]");
-        assert_eq!(parse_mon_host(v), Ok(vec![mon("169.254.97.150", 3300)]));
+        assert_eq!(v, "v2:169.254.220.150:3300/0");
+        assert_eq!(parse_mon_host(v), Ok(vec![mon("169.254.220.150", 3300)]));
         assert_eq!(c.get("vmbench", "keyring"), None);
         assert_eq!(
             default_keyring(&c, "vmbench"),
@@ -777,11 +777,11 @@ mod tests {
         assert!(e.contains("no key for client.cinder"), "{e}");
         assert_eq!(
             resolve(Some("vmbench"), None),
-            Ok("169.254.97.150:3300".into())
+            Ok("169.254.220.150:3300".into())
         );
         assert_eq!(
             resolve(None, Some("volumes")),
-            Ok("169.254.97.150:3300".into())
+            Ok("169.254.220.150:3300".into())
         );
         let e = resolve(Some("a b"), None).unwrap_err();
         assert!(e.contains("--ceph-user 'a b'"), "{e}");
