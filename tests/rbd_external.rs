@@ -82,7 +82,15 @@ fn cells_pass_on_the_users_cluster(c: &Ceph, conf: &Path, kr: &Path) {
         t.elapsed().as_secs_f64()
     );
     assert_eq!(out.status.code(), Some(0));
-    let (_, rec) = s.run_record();
+    let (run_dir, rec) = s.run_record();
+    let record = run_dir
+        .join("servers")
+        .join(vmbench::storage::ceph_external::RECORD_FILE);
+    assert!(
+        !record.exists(),
+        "the run ended cleanly: {}",
+        record.display()
+    );
     let prefix = format!("rbd/vmbench-{}-", rec.run_id);
     assert_eq!(rec.cells.iter().filter(|c| passed(c)).count(), 2);
     for cell in &rec.cells {

@@ -513,11 +513,9 @@ impl ExternalCeph {
 impl Drop for ExternalCeph {
     fn drop(&mut self) {
         let bases = std::mem::take(&mut *self.bases.lock().unwrap_or_else(|e| e.into_inner()));
-        let all = bases
-            .iter()
-            .map(|b| remove_base(&self.spec, b))
-            .fold(true, |ok, r| r.is_ok() && ok);
-        if all {
+        // Every base is tried, even after one fails.
+        let results: Vec<_> = bases.iter().map(|b| remove_base(&self.spec, b)).collect();
+        if results.iter().all(Result::is_ok) {
             let _ = std::fs::remove_file(&self.record);
         }
     }
