@@ -188,6 +188,7 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         clean_chap_secret(&dir, dry, rep);
     }
     clean_ceph_secrets(&servers.join(crate::storage::rbd::SECRETS_DIR), dry, rep);
+    clean_ceph_external(&servers, dry, rep);
     if let Some(id) = name(run) {
         clean_namespaces(&id, dry, rep);
     }
@@ -271,6 +272,18 @@ fn clean_ceph_secrets(dir: &Path, dry: bool, rep: &mut Report) {
         if undefine_secret(&usage, crate::storage::rbd::USAGE_PREFIX, dry, rep) {
             let _ = std::fs::remove_file(e.path());
         }
+    }
+}
+
+/// The images and base images a dead run made on a user's Ceph cluster (`--ceph-conf`), found
+/// by the run's name prefix on the cluster its servers directory records; like an external NFS
+/// or iSCSI server, the cluster itself is not ours and is left alone.
+fn clean_ceph_external(servers: &Path, dry: bool, rep: &mut Report) {
+    match crate::storage::ceph_external::remove_leftovers(servers, dry) {
+        Ok(lines) => rep.lines.extend(lines),
+        Err(e) => rep
+            .kept
+            .push(format!("images on the --ceph-conf cluster: {e}")),
     }
 }
 

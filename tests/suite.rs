@@ -39,6 +39,7 @@ mod matrix_sweeps;
 mod matrix_workloads;
 mod matrix_xen;
 mod nightly;
+mod rbd_external;
 mod recommend_real;
 mod report_html;
 mod report_openmetrics;

@@ -650,7 +650,7 @@ fn argv(v: &[&str]) -> Vec<String> {
 /// Runs a Ceph tool with `args`, without the caller's `CEPH_ARGS` (which every Ceph tool
 /// appends to its command line: a `--id` there would change who we are). Errors as
 /// [`cmd::run`]'s.
-fn run_tool<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Result<String, StorageError> {
+pub(super) fn run_tool<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Result<String, StorageError> {
     let out = Command::new(program)
         .args(args)
         .env_remove("CEPH_ARGS")

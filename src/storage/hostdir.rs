@@ -305,6 +305,7 @@ impl super::BackendKind for Kind {
             backend: Box::new(b),
             server,
             companions: vec![],
+            provenance: None,
         })
     }
 

@@ -675,6 +675,7 @@ impl super::BackendKind for Kind {
                 backend: Box::new(IscsiBackend::embedded(t)),
                 server,
                 companions: vec![],
+                provenance: None,
             });
         };
         let chap = match &opts.iscsi_chap_file {

@@ -158,6 +158,8 @@ pub enum RemoteBlocker {
     ChapSecretHere,
     /// `--nfs-mount`: the mount is on this machine.
     NfsMountHere,
+    /// `--ceph-conf`: the client's key goes into a secret of this machine's libvirtd.
+    CephKeyHere,
     /// The embedded server of this backend runs on this machine.
     EmbeddedServer(Backend),
 }
@@ -173,6 +175,10 @@ impl RemoteBlocker {
             RemoteBlocker::NfsMountHere => format!(
                 "--nfs-mount names a mount on this machine; host {host} ({uri}) cannot open \
                  files there (give it --nfs URL, which QEMU on that host reaches itself)"
+            ),
+            RemoteBlocker::CephKeyHere => format!(
+                "the cephx key's libvirt secret is defined on this machine's libvirtd only; \
+                 host {host} ({uri}) cannot use --ceph-conf's cluster"
             ),
             RemoteBlocker::EmbeddedServer(b) => format!(
                 "the embedded {b} server is local-only; host {host} ({uri}) needs an external \

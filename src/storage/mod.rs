@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 pub mod base;
 pub mod block;
 pub mod ceph;
+pub mod ceph_external;
 pub mod chap;
 pub mod cmd;
 pub mod firewall;
@@ -337,6 +338,9 @@ pub struct Opened {
     /// The server's other processes (the Ceph monitor beside the OSD): their CPU and memory
     /// are the server's too.
     pub companions: Vec<u32>,
+    /// The storage server as results record it when there is no embedded one to ask for its
+    /// version: a user's Ceph cluster, `ceph (external, MON)`.
+    pub provenance: Option<String>,
 }
 
 /// Builds `backend` from the configuration, starting its embedded server on first use. `work` is
@@ -362,6 +366,7 @@ impl Opened {
             backend,
             server: None,
             companions: vec![],
+            provenance: None,
         }
     }
 }

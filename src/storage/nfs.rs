@@ -710,6 +710,7 @@ impl super::BackendKind for Kind {
                     backend: Box::new(b),
                     server,
                     companions: vec![],
+                    provenance: None,
                 }
             }
         })

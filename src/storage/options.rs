@@ -38,6 +38,20 @@ pub struct StorageConfig {
     pub allow_destroy: bool,
     /// Use a block device even if it holds a filesystem signature.
     pub force: bool,
+    /// A user's Ceph cluster for `rbd` cells: its ceph.conf, whose `mon_host` names the
+    /// monitors. Default: an embedded single-host cluster per run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceph_conf: Option<PathBuf>,
+    /// The keyring holding the client's key (only the path is recorded, never the key).
+    /// Default: the `keyring` the conf names, else /etc/ceph/ceph.client.USER.keyring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceph_keyring: Option<PathBuf>,
+    /// The cephx client id on that cluster, without `client.`. Default `admin`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceph_user: Option<String>,
+    /// The pool images go in on that cluster. Default `rbd`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceph_pool: Option<String>,
 }
 
 impl StorageConfig {
@@ -79,6 +93,8 @@ pub struct StorageArgs {
     lvm: super::lvm::LvmArgs,
     #[command(flatten)]
     block: super::block::BlockArgs,
+    #[command(flatten)]
+    ceph: super::rbd::CephArgs,
 }
 
 impl StorageArgs {
@@ -90,6 +106,7 @@ impl StorageArgs {
         self.iscsi.apply(s)?;
         self.lvm.apply(s);
         self.block.apply(s);
+        self.ceph.apply(s);
         Ok(())
     }
 }

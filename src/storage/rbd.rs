@@ -8,12 +8,18 @@
 //!
 //! RBD images are raw: Nova and Cinder refuse a qcow2 on RBD (the copy-on-write is RBD's own,
 //! by cloning a protected snapshot), so a qcow2 cell is refused.
+//!
+//! With `--ceph-conf FILE` the images go on a user's cluster instead ([`Cluster::External`],
+//! [`super::ceph_external`]): nothing is started, the same key handling applies, and every
+//! image and base of the run is named after it and removed.
 
 use super::base::Bases;
 use super::ceph::Ceph;
+use super::ceph_external::{CephSpec, ExternalCeph};
 use super::chap::{LibvirtSecret, SecretType};
+use super::options::StorageConfig;
+use super::{ceph_external, Unsupported, PLANNED_TAG};
 use super::{DiskSource, NetAuth, NetProtocol, ProvisionedDisk, StorageBackend, StorageError};
-use super::{Unsupported, PLANNED_TAG};
 use crate::cell::{Cell, Format, InstanceDisk};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,10 +41,109 @@ struct Made {
     usage_file: PathBuf,
 }
 
-/// RBD images on the run's embedded cluster.
+/// The cluster a cell's images are on; [`RbdBackend`] asks it everything, whichever it is.
+#[derive(Debug, Clone)]
+pub enum Cluster {
+    /// The run's own single-host cluster, in the run's namespace.
+    Embedded(Arc<Ceph>),
+    /// A user's cluster (`--ceph-conf`), shared by the run's cells.
+    External(Arc<ExternalCeph>),
+}
+
+impl Cluster {
+    /// Runs `rbd ARGS` against the cluster (as client.admin on the embedded one, as the named
+    /// client on a user's); returns stdout.
+    fn rbd(&self, args: &[&str]) -> Result<String, StorageError> {
+        match self {
+            Cluster::Embedded(c) => c.rbd(args),
+            Cluster::External(c) => c.rbd(args),
+        }
+    }
+
+    fn pool(&self) -> &str {
+        match self {
+            Cluster::Embedded(c) => c.pool(),
+            Cluster::External(c) => &c.spec().pool,
+        }
+    }
+
+    /// The monitor libvirt's `<host>` names.
+    fn monitor(&self) -> (String, u16) {
+        match self {
+            Cluster::Embedded(c) => (c.mon_host().to_string(), c.mon_port()),
+            Cluster::External(c) => (c.spec().monitor().host.clone(), c.spec().monitor().port),
+        }
+    }
+
+    /// The cephx client QEMU logs in as (without `client.`).
+    fn client_id(&self) -> &str {
+        match self {
+            Cluster::Embedded(c) => c.client_id(),
+            Cluster::External(c) => &c.spec().user,
+        }
+    }
+
+    fn client_key(&self) -> &str {
+        match self {
+            Cluster::Embedded(c) => c.client_key(),
+            Cluster::External(c) => c.client_key(),
+        }
+    }
+
+    /// Whether the cluster can still serve, as far as this machine can tell: a user's has no
+    /// process of ours to watch (nor does the storage-lost watchdog get one), so its failures
+    /// show as failed `rbd` calls and guest I/O errors.
+    fn alive(&self) -> bool {
+        match self {
+            Cluster::Embedded(c) => c.alive(),
+            Cluster::External(_) => true,
+        }
+    }
+
+    /// The unique part of an image name: on a user's cluster it starts with the run's id, so
+    /// `vmbench cleanup` finds a killed run's images by name.
+    fn image_tag(&self, tag: &str) -> String {
+        match self {
+            Cluster::Embedded(_) => tag.to_string(),
+            Cluster::External(c) => format!("{}{tag}", c.prefix().trim_start_matches("vmbench-")),
+        }
+    }
+
+    /// The name of the base image of `bytes` (the embedded cluster is the run's own).
+    fn base_name(&self, bytes: u64) -> String {
+        match self {
+            Cluster::Embedded(_) => format!("vmbench-base-{bytes}"),
+            Cluster::External(c) => {
+                let name = format!("{}base-{bytes}", c.prefix());
+                c.track_base(&name);
+                name
+            }
+        }
+    }
+
+    /// The cell params that say where the image is.
+    fn params(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Cluster::Embedded(c) => vec![
+                ("mode", "embedded".into()),
+                ("link", c.net().link().to_string()),
+                ("server_software", "ceph (mon + BlueStore osd)".into()),
+                ("server_pid", c.pid().to_string()),
+                ("ceph_mon_pid", c.mon_pid().to_string()),
+            ],
+            Cluster::External(c) => vec![
+                ("mode", "external".into()),
+                ("server_software", c.provenance()),
+                ("ceph_conf", c.spec().conf.display().to_string()),
+            ],
+        }
+    }
+}
+
+/// RBD images on the run's embedded cluster or a user's.
 #[derive(Debug)]
 pub struct RbdBackend {
-    ceph: Arc<Ceph>,
+    ceph: Cluster,
     secrets_dir: PathBuf,
     made: Vec<Made>,
     /// The run's base images and where their files go, when the cell's disk is made from one
@@ -51,8 +156,13 @@ pub struct RbdBackend {
 impl RbdBackend {
     /// Images on `ceph`; usage files of the secrets in `secrets_dir`.
     pub fn embedded(ceph: Arc<Ceph>, secrets_dir: PathBuf) -> RbdBackend {
+        Self::on(Cluster::Embedded(ceph), secrets_dir)
+    }
+
+    /// Images on `cluster`; usage files of the secrets in `secrets_dir`.
+    pub fn on(cluster: Cluster, secrets_dir: PathBuf) -> RbdBackend {
         RbdBackend {
-            ceph,
+            ceph: cluster,
             secrets_dir,
             made: Vec::new(),
             bases: None,
@@ -67,15 +177,16 @@ impl RbdBackend {
         self
     }
 
-    /// The base of `bytes` in the pool, as a protected snapshot `POOL/vmbench-base-N@base`:
-    /// imported from the run's base file by the first cell that needs it (a cluster that was
-    /// replaced mid-run gets it again).
+    /// The base of `bytes` in the pool, as a protected snapshot `POOL/vmbench-base-N@base`
+    /// (`vmbench-RUN-base-N` on a user's cluster, removed at the run's end): imported from the
+    /// run's base file by the first cell that needs it (a cluster that was replaced mid-run gets
+    /// it again).
     fn base_snapshot(&mut self, bytes: u64) -> Result<String, StorageError> {
         let Some((bases, dir)) = &self.bases else {
             return Err(StorageError::Invalid("no base image for this cell".into()));
         };
         let pool = self.ceph.pool();
-        let name = format!("vmbench-base-{bytes}");
+        let name = self.ceph.base_name(bytes);
         let snap = format!("{pool}/{name}@base");
         let listed = self.ceph.rbd(&["ls", pool])?;
         if listed.lines().any(|l| l.trim() == name) {
@@ -167,13 +278,13 @@ pub fn network_source(pool: &str, image: &str, host: &str, port: u16, auth: NetA
 
 impl StorageBackend for RbdBackend {
     fn check(&self) -> Result<(), Unsupported> {
-        if !self.ceph.alive() {
-            return Err(Unsupported::ServerGone {
+        match &self.ceph {
+            Cluster::Embedded(c) if !c.alive() => Err(Unsupported::ServerGone {
                 server: "ceph-osd",
-                pid: self.ceph.pid(),
-            });
+                pid: c.pid(),
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn provision(
@@ -192,7 +303,7 @@ impl StorageBackend for RbdBackend {
             .into());
         }
         let tag = super::cmd::unique_tag();
-        let image = super::image_name(&tag, cell);
+        let image = super::image_name(&self.ceph.image_tag(&tag), cell);
         let pool = self.ceph.pool().to_string();
         let spec = format!("{pool}/{image}");
         self.make_image(cell, &spec, size_bytes)?;
@@ -210,11 +321,9 @@ impl StorageBackend for RbdBackend {
             m.secret = Some(secret);
             m.usage_file = usage_file;
         }
-        let host = self.ceph.mon_host().to_string();
-        let port = self.ceph.mon_port();
+        let (host, port) = self.ceph.monitor();
         let mut params = BTreeMap::from([
             ("protocol".to_string(), "rbd".to_string()),
-            ("mode".to_string(), "embedded".to_string()),
             ("server".to_string(), host.clone()),
             ("port".to_string(), port.to_string()),
             ("pool".to_string(), pool.clone()),
@@ -223,15 +332,14 @@ impl StorageBackend for RbdBackend {
                 "cephx_client".to_string(),
                 self.ceph.client_id().to_string(),
             ),
-            ("link".to_string(), self.ceph.net().link().to_string()),
-            (
-                "server_software".to_string(),
-                "ceph (mon + BlueStore osd)".into(),
-            ),
-            ("server_pid".to_string(), self.ceph.pid().to_string()),
-            ("ceph_mon_pid".to_string(), self.ceph.mon_pid().to_string()),
             ("instance_disk".to_string(), cell.instance.to_string()),
         ]);
+        params.extend(
+            self.ceph
+                .params()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
         if let Some(ms) = self.base_written_ms.take() {
             params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
         }
@@ -294,40 +402,97 @@ impl super::BackendKind for Kind {
         Some(<Ceph as super::servers::EmbeddedServer>::NAME)
     }
 
-    fn remote_blocker(
-        &self,
-        _opts: &super::options::StorageConfig,
-    ) -> Option<super::RemoteBlocker> {
-        Some(super::RemoteBlocker::EmbeddedServer(self.backend()))
+    /// The embedded cluster runs here; a user's cluster is reached from anywhere, but the
+    /// client's key goes into a secret of this machine's libvirtd.
+    fn remote_blocker(&self, opts: &StorageConfig) -> Option<super::RemoteBlocker> {
+        Some(match opts.ceph_conf {
+            Some(_) => super::RemoteBlocker::CephKeyHere,
+            None => super::RemoteBlocker::EmbeddedServer(self.backend()),
+        })
+    }
+
+    fn external_flag(&self, opts: &StorageConfig) -> Option<&'static str> {
+        opts.ceph_conf.is_some().then_some("--ceph-conf")
+    }
+
+    /// `--ceph-*` only with `--ceph-conf`, `--ceph-conf` only with rbd cells, and its files
+    /// readable and complete (conf with `mon_host`, keyring with the client's key).
+    fn validate(&self, opts: &StorageConfig, selected: bool) -> Result<(), StorageError> {
+        let Some(conf) = &opts.ceph_conf else {
+            let given = [
+                ("--ceph-keyring", opts.ceph_keyring.is_some()),
+                ("--ceph-user", opts.ceph_user.is_some()),
+                ("--ceph-pool", opts.ceph_pool.is_some()),
+            ];
+            return match given.iter().find(|(_, set)| *set) {
+                Some((flag, _)) => Err(StorageError::Invalid(format!(
+                    "{flag} needs --ceph-conf FILE (the cluster it is for); without it rbd \
+                     cells use an embedded cluster with its own key"
+                ))),
+                None => Ok(()),
+            };
+        };
+        if !selected {
+            return Err(StorageError::Invalid(format!(
+                "--ceph-conf {} is for rbd cells and the matrix has none (add --backend rbd)",
+                conf.display()
+            )));
+        }
+        external_spec(opts, conf).map(drop)
     }
 
     fn plan_source(
         &self,
-        _opts: &super::options::StorageConfig,
+        opts: &StorageConfig,
         cell: &Cell,
         _work: &Path,
         _servers: &Path,
     ) -> DiskSource {
-        network_source(
-            super::ceph::POOL,
-            &super::image_name(PLANNED_TAG, cell),
-            super::netns::PLANNED_SERVER,
-            super::ceph::MON_PORT,
-            NetAuth::Cephx {
-                username: super::ceph::CLIENT_ID.into(),
-                secret_usage: format!("{USAGE_PREFIX}{PLANNED_TAG}"),
-            },
-        )
+        let image = super::image_name(PLANNED_TAG, cell);
+        let secret_usage = format!("{USAGE_PREFIX}{PLANNED_TAG}");
+        let Some(conf) = &opts.ceph_conf else {
+            let username = super::ceph::CLIENT_ID.into();
+            let (host, port) = (super::netns::PLANNED_SERVER, super::ceph::MON_PORT);
+            let auth = NetAuth::Cephx {
+                username,
+                secret_usage,
+            };
+            return network_source(super::ceph::POOL, &image, host, port, auth);
+        };
+        let user = opts
+            .ceph_user
+            .as_deref()
+            .unwrap_or(ceph_external::DEFAULT_USER);
+        let pool = opts
+            .ceph_pool
+            .as_deref()
+            .unwrap_or(ceph_external::DEFAULT_POOL);
+        // The monitor as the conf names it, when it can be read now (a dry run may come first).
+        let mon = std::fs::read_to_string(conf).ok().and_then(|t| {
+            let c = ceph_external::ConfFile::parse(&t);
+            ceph_external::parse_mon_host(c.get(user, "mon_host")?).ok()
+        });
+        let (host, port) = mon
+            .and_then(|m| m.into_iter().next())
+            .map_or(("MON".to_string(), 0), |m| (m.host, m.port));
+        let auth = NetAuth::Cephx {
+            username: user.into(),
+            secret_usage,
+        };
+        network_source(pool, &image, &host, port, auth)
     }
 
     fn open(
         &self,
-        _opts: &super::options::StorageConfig,
+        opts: &StorageConfig,
         cell: &Cell,
         servers: &mut super::servers::Servers,
         _work: &Path,
         _disks: &super::pool::PoolPlace,
     ) -> Result<super::Opened, super::servers::OpenError> {
+        if let Some(conf) = &opts.ceph_conf {
+            return open_external(opts, conf, cell, servers);
+        }
         super::servers::installed::<Ceph>().map_err(|detail| {
             super::servers::OpenError::Unsupported(Unsupported::NoServer {
                 detail,
@@ -345,6 +510,7 @@ impl super::BackendKind for Kind {
             companions: vec![ceph.mon_pid()],
             backend: Box::new(b),
             server,
+            provenance: None,
         })
     }
 
@@ -368,6 +534,81 @@ impl super::BackendKind for Kind {
     }
 }
 
+/// The user's cluster `--ceph-conf` and the other `--ceph-*` options name.
+fn external_spec(opts: &StorageConfig, conf: &Path) -> Result<CephSpec, StorageError> {
+    CephSpec::resolve(
+        conf,
+        opts.ceph_keyring.as_deref(),
+        opts.ceph_user.as_deref(),
+        opts.ceph_pool.as_deref(),
+    )
+}
+
+/// A cell on the user's cluster: the run's handle on it (made, and its key checked, by the
+/// first cell; a refusal fails every later cell the same way). No server to watch: the results
+/// record the cluster by its monitor instead.
+fn open_external(
+    opts: &StorageConfig,
+    conf: &Path,
+    cell: &Cell,
+    servers: &mut super::servers::Servers,
+) -> Result<super::Opened, super::servers::OpenError> {
+    let spec =
+        external_spec(opts, conf).map_err(|e| super::servers::OpenError::Failed(e.into()))?;
+    let ext = servers.ceph_external(spec)?;
+    let provenance = Some(ext.provenance());
+    let secrets = servers.log_dir(SECRETS_DIR);
+    let mut b = RbdBackend::on(Cluster::External(ext), secrets);
+    if cell.instance.from_base() {
+        b = b.from_bases(servers.bases(), servers.log_dir("ceph-base"));
+    }
+    Ok(super::Opened {
+        backend: Box::new(b),
+        server: None,
+        companions: vec![],
+        provenance,
+    })
+}
+
+/// The rbd backend's flags of `vmbench matrix` (flattened into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CephArgs {
+    /// A Ceph cluster's ceph.conf, whose mon_host names its monitors: rbd cells use that
+    /// cluster (images and bases named after the run, removed at its end) instead of starting
+    /// one. [default: an embedded single-host cluster per run]
+    #[arg(long, value_name = "FILE")]
+    pub ceph_conf: Option<PathBuf>,
+    /// The keyring holding the --ceph-user client's key (only its path is recorded; QEMU gets
+    /// the key through a per-cell libvirt secret). [default: the keyring the conf names, else
+    /// /etc/ceph/ceph.client.USER.keyring]
+    #[arg(long, value_name = "FILE")]
+    pub ceph_keyring: Option<PathBuf>,
+    /// The cephx client id (without `client.`) on the --ceph-conf cluster. [default: admin]
+    #[arg(long, value_name = "NAME")]
+    pub ceph_user: Option<String>,
+    /// The pool rbd images go in on the --ceph-conf cluster. [default: rbd]
+    #[arg(long, value_name = "NAME")]
+    pub ceph_pool: Option<String>,
+}
+
+impl CephArgs {
+    /// Sets the options given on the command line (checked in [`Kind`]'s `validate`).
+    pub fn apply(&self, s: &mut StorageConfig) {
+        if self.ceph_conf.is_some() {
+            s.ceph_conf.clone_from(&self.ceph_conf);
+        }
+        if self.ceph_keyring.is_some() {
+            s.ceph_keyring.clone_from(&self.ceph_keyring);
+        }
+        if self.ceph_user.is_some() {
+            s.ceph_user.clone_from(&self.ceph_user);
+        }
+        if self.ceph_pool.is_some() {
+            s.ceph_pool.clone_from(&self.ceph_pool);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +621,46 @@ mod tests {
         assert_eq!(used_size(out), Some(64 << 20));
         assert_eq!(used_size(r#"{"images":[]}"#), None);
         assert_eq!(used_size("not json"), None);
+    }
+
+    #[test]
+    fn ceph_options_are_checked_before_anything_is_made() {
+        use super::super::BackendKind;
+        let d = tempfile::tempdir().unwrap();
+        let (conf, kr) = (d.path().join("ceph.conf"), d.path().join("kr"));
+        std::fs::write(&conf, "[global]\n\tmon_host = [v2:10.9.8.7:3300/0]\n").unwrap();
+        std::fs::write(
+            &kr,
+            "[client.bench]\n\tkey = AQC3vhVruWdUAhAAZgesi4rusus79nLEb272DQ==\n",
+        )
+        .unwrap();
+        let mut o = StorageConfig {
+            ceph_user: Some("bench".into()),
+            ..StorageConfig::default()
+        };
+        let e = KIND.validate(&o, true).unwrap_err().to_string();
+        assert!(e.starts_with("--ceph-user needs --ceph-conf FILE"), "{e}");
+        o.ceph_conf = Some(conf.clone());
+        let e = KIND.validate(&o, false).unwrap_err().to_string();
+        assert!(e.contains("the matrix has none (add --backend rbd)"), "{e}");
+        let e = KIND.validate(&o, true).unwrap_err().to_string();
+        assert!(e.contains("/etc/ceph/ceph.client.bench.keyring"), "{e}");
+        o.ceph_keyring = Some(kr);
+        KIND.validate(&o, true).unwrap();
+        assert_eq!(KIND.external_flag(&o), Some("--ceph-conf"));
+        let cell = Cell {
+            backend: crate::cell::Backend::Rbd,
+            format: Format::Raw,
+            ..Cell::default()
+        };
+        let DiskSource::Network {
+            name, host, port, ..
+        } = KIND.plan_source(&o, &cell, "/".as_ref(), "/".as_ref())
+        else {
+            panic!("a network disk")
+        };
+        assert!(name.starts_with("rbd/vmbench-TAG-"), "{name}");
+        assert_eq!((host.as_str(), port), ("10.9.8.7", Some(3300)));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use super::base::Bases;
 use super::ceph::Ceph;
+use super::ceph_external::{CephSpec, ExternalCeph};
 use super::chap::RunChap;
 use super::ganesha::Ganesha;
 use super::netns::NetNs;
@@ -208,6 +209,8 @@ pub struct Servers {
     iscsi_chap: Option<Result<Arc<RunChap>, Arc<StorageError>>>,
     /// The run's base images, made on first use, removed with the run.
     bases: Bases,
+    /// The user's Ceph cluster (`--ceph-conf`), checked on first use, or why it refused.
+    ceph_external: Option<Result<Arc<ExternalCeph>, Arc<StorageError>>>,
 }
 
 impl Servers {
@@ -221,6 +224,7 @@ impl Servers {
             nets: BTreeMap::new(),
             iscsi_chap: None,
             bases: Bases::new(run),
+            ceph_external: None,
         }
     }
 
@@ -231,6 +235,21 @@ impl Servers {
         let dir = self.dir.join(ISCSI_CHAP_DIR);
         self.iscsi_chap
             .get_or_insert_with(|| RunChap::define(file, &dir).map(Arc::new).map_err(Arc::new))
+            .clone()
+            .map_err(OpenError::Failed)
+    }
+
+    /// The user's Ceph cluster `spec` names: its key checked and the record `vmbench cleanup`
+    /// reads written on first use ([`ExternalCeph::open`]), shared by every later cell, its base
+    /// images removed when the last holder drops it. A failure is sticky, like a server's.
+    pub fn ceph_external(&mut self, spec: CephSpec) -> Result<Arc<ExternalCeph>, OpenError> {
+        let (run, dir) = (&self.run, &self.dir);
+        self.ceph_external
+            .get_or_insert_with(|| {
+                ExternalCeph::open(spec, run, dir)
+                    .map(Arc::new)
+                    .map_err(Arc::new)
+            })
             .clone()
             .map_err(OpenError::Failed)
     }
