@@ -200,6 +200,10 @@ pub struct MatrixArgs {
     /// bonnie++ -n: files to create, in thousands. [default: 16]
     #[arg(long)]
     pub bonnie_files: Option<u32>,
+    /// bonnie++ -s (file size) as a multiple of the guest's RAM, 2 to 16; the disk grows to
+    /// hold it. [default: 2]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=16))]
+    pub bonnie_size_ratio: Option<u32>,
     /// After each fio cell, run the same job with the host's fio on the disk's backing file or
     /// device, and report guest/host efficiency.
     #[arg(long)]
@@ -668,6 +672,7 @@ fn run_settings(c: &mut MatrixConfig, a: &MatrixArgs) {
     scalar!(disk_mib, disk_mib);
     scalar!(vcpus, vcpus);
     scalar!(bonnie_files, bonnie_files);
+    scalar!(bonnie_size_ratio, bonnie_size_ratio);
     scalar!(memory, memory_mib);
     scalar!(boot_timeout, boot_timeout);
     scalar!(stall_timeout, stall_timeout);

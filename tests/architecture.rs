@@ -30,6 +30,26 @@ const ENGINE_NAMES_KEPT: &[(&str, &str, &str)] = &[
         "bonnie_files",
         "an engine option's flag (--bonnie-files)",
     ),
+    (
+        "src/matrix/cell_run.rs",
+        "bonnie_size_ratio",
+        "an engine option passed through EngineParams",
+    ),
+    (
+        "src/matrix/config.rs",
+        "bonnie_size_ratio",
+        "an engine option of the matrix config (saved configs spell it)",
+    ),
+    (
+        "src/cli.rs",
+        "bonnie_size_ratio",
+        "an engine option's flag (--bonnie-size-ratio)",
+    ),
+    (
+        "src/matrix/presets.rs",
+        "bonnie_size_ratio",
+        "a write-up's preset sets the engine option the write-up used (-s 4x RAM)",
+    ),
 ];
 
 /// Where a backend variant may be named outside src/storage/ (tests aside): the enum itself

@@ -107,6 +107,10 @@ fn cells_pass_on_the_users_cluster(c: &Ceph, conf: &Path, kr: &Path) {
             "{p:?}"
         );
         assert!(!p.contains_key("server_pid"), "no process of ours: {p:?}");
+        assert_eq!(
+            cell.provenance.storage_server, p["server_software"],
+            "the provenance names the user's cluster"
+        );
         eprintln!(
             "rbd_external: {} read {:.0} IOPS, write {:.0} IOPS",
             cell.cell_id,

@@ -465,9 +465,17 @@ fn truncated_or_mangled_input_errors_without_panic() {
 
 #[test]
 fn bonnie_args_get_csv_on_stdout() {
-    let a = bonnie::default_args(512, "/mnt/t", 16, "vm");
+    let a = bonnie::default_args(512, 2, "/mnt/t", 16, "vm");
     let at = |k: &str| a[a.iter().position(|x| x == k).unwrap() + 1].clone();
     assert_eq!(at("-s"), "1024");
+    // The LVM write-up's ratio (-s 8G with 2 GB of RAM); below 2 bonnie++ refuses, so 2 it is.
+    let four = bonnie::default_args(512, 4, "/mnt/t", 16, "vm");
+    assert_eq!(
+        four[four.iter().position(|x| x == "-s").unwrap() + 1],
+        "2048"
+    );
+    let one = bonnie::default_args(512, 1, "/mnt/t", 16, "vm");
+    assert_eq!(one[one.iter().position(|x| x == "-s").unwrap() + 1], "1024");
     assert_eq!(at("-r"), "512");
     assert_eq!(at("-d"), "/mnt/t");
     assert_eq!(at("-u"), "0:0");

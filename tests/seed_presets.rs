@@ -86,7 +86,10 @@ fn the_longhorn_preset_runs_and_every_conclusion_is_judged_or_says_why_not() {
     // Shortened, it is not the preset's run.
     let (code, text, err) = against(&s, &[]);
     assert_eq!(code, Some(2), "{text}\n{err}");
-    assert!(err.contains(&format!("was not made by preset {PRESET}")), "{err}");
+    assert!(
+        err.contains(&format!("was not made by preset {PRESET}")),
+        "{err}"
+    );
     assert!(err.contains("runtime"), "{err}");
 
     let (code, text, err) = against(&s, &["--force"]);

@@ -598,6 +598,7 @@ impl WorkPlan {
             prefill: cfg.prefill,
             memory_mib: cfg.memory_mib,
             bonnie_files: cfg.bonnie_files,
+            bonnie_size_ratio: cfg.bonnie_size_ratio,
             disk_mib: cfg.disk_mib,
             target,
             overrides: &cell.job,

@@ -76,6 +76,9 @@ pub struct MatrixConfig {
     pub prefill: bool,
     /// bonnie++ `-n`: files to create, in thousands. Default 16 (bonnie++'s own default).
     pub bonnie_files: u32,
+    /// bonnie++ `-s` as a multiple of the guest's RAM, 2 to 16. Default 2 (the least bonnie++
+    /// accepts); the LVM write-up's `-s 8G` with 2 GB of RAM is 4. The disk grows to hold it.
+    pub bonnie_size_ratio: u32,
     /// After each fio cell, run the same job with the host's fio directly on the disk's backing
     /// target (image file, LUN file, block device) and add `host_baseline_*` and
     /// `*_efficiency_pct` (guest IOPS / host IOPS). Default false.
@@ -182,6 +185,7 @@ impl Default for MatrixConfig {
             live_status: true,
             prefill: true,
             bonnie_files: 16,
+            bonnie_size_ratio: 2,
             host_baseline: false,
             boot_storm: 0,
             stall_timeout: 60,
@@ -440,6 +444,13 @@ impl MatrixConfig {
         }
         self.check_host_pool_dirs()?;
         self.check_emulators()?;
+        if !(2..=16).contains(&self.bonnie_size_ratio) {
+            return Err(ConfigError::Invalid(format!(
+                "'bonnie_size_ratio (--bonnie-size-ratio)' is bonnie++'s -s as a multiple of the \
+                 guest's RAM, from 2 (the least bonnie++ accepts) to 16, got {}",
+                self.bonnie_size_ratio
+            )));
+        }
         let positive = [
             ("repeat", self.repeat.upper_bound(self.max_repeats) as u64),
             ("runtime", self.runtime as u64),
@@ -1002,6 +1013,14 @@ mod tests {
         );
         let e = parse("rwmix = [120]\n").unwrap().validate().unwrap_err();
         assert!(e.to_string().contains("0 to 100"), "{e}");
+        let e = parse("direct = [2]\n").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("0 (buffered) or 1"), "{e}");
+        let e = parse("bonnie_size_ratio = 1\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("from 2"), "{e}");
+        assert!(parse("bonnie_size_ratio = 4\n").unwrap().validate().is_ok());
         let e = parse("workload = [\"file:/x.fio\"]\nnumjobs = [2]\n")
             .unwrap()
             .validate()

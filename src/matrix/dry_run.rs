@@ -300,6 +300,7 @@ workload = ["toy", "pg-randrw"]
             prefill: cfg.prefill,
             memory_mib: cfg.memory_mib,
             bonnie_files: cfg.bonnie_files,
+            bonnie_size_ratio: cfg.bonnie_size_ratio,
             disk_mib: cfg.disk_mib,
             target: workload::io_target(mkfs.is_some()),
             overrides: &toy.job,

@@ -85,6 +85,10 @@ fn lvm_vs_partition(c: &mut MatrixConfig) {
     c.format = vec![Format::Raw];
     c.layout = vec![Layout::PartExt4, Layout::LvmExt4];
     c.workload = vec![WorkloadId::Preset("bonnie".into())];
+    // The write-up: `bonnie++ -s 8G` with 2 GB of RAM (4x), on a 10 GB partition and a 10 GB
+    // LV (5x RAM): at the default 512 MiB guest, -s 2 GiB on a 2.5 GiB disk.
+    c.bonnie_size_ratio = 4;
+    c.disk_mib = c.memory_mib * 5;
     c.repeat = super::repeat::Repeat::Fixed(3);
 }
 

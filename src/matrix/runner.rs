@@ -546,6 +546,30 @@ impl RunCtx {
         Ok(true)
     }
 
+    /// The cell's provenance: the host's, its I/O cap, its emulator build, and the storage
+    /// server's version (ours, asked by name) or what the backend named (a user's server).
+    fn cell_provenance(
+        &self,
+        shared: &Shared,
+        cell: &Cell,
+        conn: &Libvirt,
+        server: Option<(&'static str, u32)>,
+        named: Option<String>,
+    ) -> Provenance {
+        let mut prov = host_provenance(&shared.prov, cell, conn);
+        prov.io_limit = self.cfg.io_limit_provenance(cell);
+        if let Some(path) = self.cfg.emulator_path(&cell.emulator) {
+            prov.qemu = emulator_provenance(path, conn.is_local());
+        }
+        if let Some((name, _)) = server {
+            prov.storage_server = crate::storage::servers::version_of(name).unwrap_or_default();
+        } else if let Some(named) = named {
+            // A user's server (an external Ceph cluster): no process of ours to ask.
+            prov.storage_server = named;
+        }
+        prov
+    }
+
     /// Runs one cell on its backend and tears the backend down; `None` when a signal stopped
     /// it.
     async fn run_one(
@@ -574,8 +598,8 @@ impl RunCtx {
             &shared.work,
             &disks,
         );
-        let (mut backend, server, companions) = match opened {
-            Ok(o) => (o.backend, o.server, o.companions),
+        let (mut backend, server, companions, server_named) = match opened {
+            Ok(o) => (o.backend, o.server, o.companions, o.provenance),
             Err(OpenError::Failed(source)) => {
                 return Some(failed(cell, repeat, CellError::Backend(source)))
             }
@@ -592,14 +616,7 @@ impl RunCtx {
             let outcome = Outcome::Unsupported(format!("unsupported on this host: {u}"));
             return Some(not_run(cell, repeat, outcome, SkipKind::Backend));
         }
-        let mut prov = host_provenance(&shared.prov, cell, conn);
-        prov.io_limit = self.cfg.io_limit_provenance(cell);
-        if let Some(path) = self.cfg.emulator_path(&cell.emulator) {
-            prov.qemu = emulator_provenance(path, conn.is_local());
-        }
-        if let Some((name, _)) = server {
-            prov.storage_server = crate::storage::servers::version_of(name).unwrap_or_default();
-        }
+        let prov = self.cell_provenance(shared, cell, conn, server, server_named);
         let env = CellEnv {
             cfg: &self.cfg,
             conn,

@@ -949,12 +949,7 @@ mod tests {
         )
     }
 
-    const LONGHORN_CMD: &[&str] = &[
-        "vmbench",
-        "matrix",
-        "--preset",
-        "longhorn-localpv-openebs",
-    ];
+    const LONGHORN_CMD: &[&str] = &["vmbench", "matrix", "--preset", "longhorn-localpv-openebs"];
 
     /// Real local qcow2 and raw repeats as the Longhorn preset's systems (the figures are the
     /// measured ones; only the labels move): qcow2 cells as Longhorn (ext4 on iscsi), raw cells
@@ -1112,7 +1107,9 @@ mod tests {
         let v = verdicts(&out, "Local PV is about 10x Longhorn in read IOPS");
         assert_eq!(v.len(), 1, "{out}");
         assert!(
-            v[0].contains("[inconclusive (n = 2 < 3)] qemu/hostdir/raw/ext4 vs qemu/iscsi/raw/ext4"),
+            v[0].contains(
+                "[inconclusive (n = 2 < 3)] qemu/hostdir/raw/ext4 vs qemu/iscsi/raw/ext4"
+            ),
             "{out}"
         );
         // Local PV and OpenEBS are one hostdir cell: their comparison is not judged.

@@ -70,10 +70,17 @@ impl WorkloadEngine for Bonnie {
         if !p.overrides.is_empty() {
             return Err(EngineError::OverridesRefused("bonnie++"));
         }
-        let args = default_args(p.memory_mib, TEST_MOUNTPOINT, p.bonnie_files, "vmbench");
+        let ratio = p.bonnie_size_ratio.max(2);
+        let args = default_args(
+            p.memory_mib,
+            ratio,
+            TEST_MOUNTPOINT,
+            p.bonnie_files,
+            "vmbench",
+        );
         Ok(EnginePlan {
-            // bonnie++ needs a file of twice the guest's RAM, plus room for the filesystem.
-            disk_bytes: (p.disk_mib << 20).max((p.memory_mib * 3) << 20),
+            // The file (ratio x RAM) plus room for the filesystem: one more RAM's worth.
+            disk_bytes: (p.disk_mib << 20).max((p.memory_mib * (ratio as u64 + 1)) << 20),
             prep: vec![],
             job_files: vec![("bonnie.args", args.join("\n") + "\n")],
             measure: vec![
@@ -509,17 +516,23 @@ fn metric(key: &str, label: &str, unit: &str, better: Better, v: &Value) -> Metr
     }
 }
 
-/// bonnie++ arguments for a full run (all tests; no `-f`) in `dir`: file size twice the guest
-/// RAM (`-s`, bonnie++ refuses less), `-r` the RAM, `-n` `files_k`*1024 files, as root
+/// bonnie++ arguments for a full run (all tests; no `-f`) in `dir`: file size `ratio` times the
+/// guest RAM (`-s`; bonnie++ refuses less than twice), `-r` the RAM, `-n` `files_k`*1024 files, as root
 /// (`-u 0:0`), `-m machine`, and `-q` so that stdout carries only the CSV line (the text report
 /// goes to stderr).
-pub fn default_args(mem_mib: u64, dir: &str, files_k: u32, machine: &str) -> Vec<String> {
+pub fn default_args(
+    mem_mib: u64,
+    ratio: u32,
+    dir: &str,
+    files_k: u32,
+    machine: &str,
+) -> Vec<String> {
     let mem = mem_mib.max(1);
     [
         "-d",
         dir,
         "-s",
-        &(2 * mem).to_string(),
+        &(ratio.max(2) as u64 * mem).to_string(),
         "-r",
         &mem.to_string(),
         "-n",

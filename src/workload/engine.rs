@@ -32,6 +32,8 @@ pub struct EngineParams<'a> {
     pub memory_mib: u64,
     /// bonnie++'s `-n` (thousands of files).
     pub bonnie_files: u32,
+    /// bonnie++'s `-s` as a multiple of the guest's RAM.
+    pub bonnie_size_ratio: u32,
     /// The configured disk size.
     pub disk_mib: u64,
     /// Where the engine's I/O goes in the guest: `{disk}` (the raw device) or a file in the
@@ -312,6 +314,7 @@ mod tests {
             prefill: true,
             memory_mib: 512,
             bonnie_files: 4,
+            bonnie_size_ratio: 2,
             disk_mib: 2048,
             target,
             overrides: &NO_OVERRIDES,
