@@ -1003,6 +1003,7 @@ fn range_text(min: u32, max: u32) -> &'static str {
         (1, 65536) => "a whole number from 1 to 65536",
         (1, 1024) => "a whole number from 1 to 1024",
         (1, 256) => "a whole number from 1 to 256",
+        (0, 1) => "0 or 1",
         _ => "a whole number in range",
     }
 }

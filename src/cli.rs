@@ -751,7 +751,7 @@ fn sweep_numbers(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
         c.numjobs = parse_numbers(s, "numjobs", 1, 1024)?;
     }
     if let Some(s) = &a.direct {
-        c.direct = parse_numbers(s, "direct (0 buffered, 1 O_DIRECT)", 0, 1)?;
+        c.direct = parse_numbers(s, "direct (0: buffered, 1: O_DIRECT)", 0, 1)?;
     }
     if let Some(s) = &a.rwmix {
         c.rwmix = parse_numbers(s, "rwmix (read %)", 0, 100)?;
@@ -986,6 +986,7 @@ mod tests {
                 "unknown iodepth '0' (valid: a whole number from 1 to 65536)",
             ),
             ("--rwmix", "101", "from 0 to 100"),
+            ("--direct", "2", "(valid: 0 or 1)"),
             ("--numjobs", "two", "unknown numjobs 'two'"),
             (
                 "--iothread",
