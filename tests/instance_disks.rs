@@ -122,15 +122,6 @@ fn assert_rbd_cell(c: &CellResult) {
     assert!(num(c, "storage_server_peak_rss_mib") > 10.0);
 }
 
-/// vmbench's cephx secrets libvirt holds now.
-fn ceph_secrets() -> Vec<String> {
-    virsh(&["secret-list"])
-        .lines()
-        .filter(|l| l.contains(vmbench::storage::rbd::USAGE_PREFIX))
-        .map(str::to_string)
-        .collect()
-}
-
 /// What an instance reads before it writes is the base's known data: an overlay and a copy
 /// compare equal to the base (`qemu-img compare`), an empty disk does not. Through the real
 /// local backend (a libvirt dir pool), torn down afterwards.

@@ -190,6 +190,21 @@ fn bad_input_is_exit_2_and_creates_nothing() {
             vec!["--resume", "/nonexistent/run"],
             "not a vmbench run directory",
         ),
+        (
+            vec![
+                "--instance-disk",
+                "copy",
+                "--base-image",
+                "/nonexistent/cloud.qcow2",
+            ],
+            "--base-image /nonexistent/cloud.qcow2",
+        ),
+        (
+            vec!["--base-image", "/nonexistent/cloud.qcow2"],
+            "every cell's disk is flat",
+        ),
+        (vec!["--direct", "2"], "(valid: 0 or 1)"),
+        (vec!["--bonnie-size-ratio", "1"], "1 is not in 2..=16"),
     ] {
         let out = s.matrix(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -21,15 +21,6 @@ use vmbench::storage::netns::NetNs;
 /// and the client's mount timeout (30 s) bounds it anyway.
 const REFUSAL_LIMIT: Duration = Duration::from_secs(60);
 
-/// vmbench's cephx secrets libvirt holds now.
-fn ceph_secrets() -> Vec<String> {
-    virsh(&["secret-list"])
-        .lines()
-        .filter(|l| l.contains(vmbench::storage::rbd::USAGE_PREFIX))
-        .map(str::to_string)
-        .collect()
-}
-
 /// A keyring holding `key` for client.vmbench, written by ceph-authtool.
 fn keyring(dir: &Path, name: &str, key: &str) -> PathBuf {
     let p = dir.join(name);
@@ -232,6 +223,11 @@ fn bad_ceph_options_exit_2_before_anything_is_made() {
         "[client.other]\n\tkey = AQC3vhVruWdUAhAAZgesi4rusus79nLEb272DQ==\n",
     )
     .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(&empty, private).unwrap();
+    }
     let (conf, no_mon, empty) = (
         conf.to_string_lossy(),
         no_mon.to_string_lossy(),

@@ -444,13 +444,7 @@ impl MatrixConfig {
         }
         self.check_host_pool_dirs()?;
         self.check_emulators()?;
-        if !(2..=16).contains(&self.bonnie_size_ratio) {
-            return Err(ConfigError::Invalid(format!(
-                "'bonnie_size_ratio (--bonnie-size-ratio)' is bonnie++'s -s as a multiple of the \
-                 guest's RAM, from 2 (the least bonnie++ accepts) to 16, got {}",
-                self.bonnie_size_ratio
-            )));
-        }
+        self.check_engine_options()?;
         let positive = [
             ("repeat", self.repeat.upper_bound(self.max_repeats) as u64),
             ("runtime", self.runtime as u64),
@@ -463,6 +457,7 @@ impl MatrixConfig {
         }
         self.check_limits()?;
         self.check_storm()?;
+        self.check_base_image()?;
         self.check_layout_sizes()?;
         self.check_auto_repeat()?;
         self.check_sweeps()?;
@@ -606,6 +601,38 @@ impl MatrixConfig {
 
     /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
     /// asked either); Xen has no `<iotune>`.
+    /// bonnie++'s `-s` ratio: from 2 (the least bonnie++ accepts) to 16.
+    fn check_engine_options(&self) -> Result<(), ConfigError> {
+        if (2..=16).contains(&self.bonnie_size_ratio) {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid(format!(
+            "'bonnie_size_ratio (--bonnie-size-ratio)' is bonnie++'s -s as a multiple of the \
+             guest's RAM, from 2 (the least bonnie++ accepts) to 16, got {}",
+            self.bonnie_size_ratio
+        )))
+    }
+
+    /// `--base-image`: a raw or qcow2 file that fits the cells' disk, for a matrix with cells
+    /// whose disk starts from a base (else it would be silently unused).
+    fn check_base_image(&self) -> Result<(), ConfigError> {
+        let Some(path) = &self.storage.base_image else {
+            return Ok(());
+        };
+        if !self.instance.iter().any(|i| i.from_base()) {
+            return Err(ConfigError::Invalid(format!(
+                "--base-image {} is what instance disks start from, and every cell's disk is \
+                 flat: add --instance-disk overlay, copy or clone",
+                path.display()
+            )));
+        }
+        let image = crate::storage::base::UserImage::open(path).map_err(ConfigError::Invalid)?;
+        if image.virtual_bytes > self.disk_mib << 20 {
+            return Err(ConfigError::Invalid(image.too_big(self.disk_mib << 20)));
+        }
+        Ok(())
+    }
+
     /// A storm of 0 (off) or 2 to [`super::storm::MAX_K`] instances, whose guests fit in this
     /// host's available memory (a storm on another libvirt host is that host's to fit).
     fn check_storm(&self) -> Result<(), ConfigError> {
@@ -1021,6 +1048,39 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("from 2"), "{e}");
         assert!(parse("bonnie_size_ratio = 4\n").unwrap().validate().is_ok());
+    }
+
+    /// `--base-image`: only with cells made from a base, a file that exists, and no larger than
+    /// the disk.
+    #[test]
+    fn a_base_image_needs_base_cells_a_file_and_room_on_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("cloud.raw");
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(200 << 20)
+            .unwrap();
+        let conf = |instance: &str, disk: u64, path: &std::path::Path| {
+            parse(&format!(
+                "backend = [\"local\"]\nformat = [\"qcow2\"]\ninstance = [\"{instance}\"]\n\
+                 disk_mib = {disk}\n[storage]\nbase_image = \"{}\"\n",
+                path.display()
+            ))
+            .unwrap()
+            .validate()
+        };
+        let e = conf("flat", 256, &img).unwrap_err().to_string();
+        assert!(e.contains("every cell's disk is flat"), "{e}");
+        let e = conf("overlay", 128, &img).unwrap_err().to_string();
+        assert!(
+            e.contains("200 MiB, larger than the cells' disk (128 MiB)"),
+            "{e}"
+        );
+        let e = conf("overlay", 256, &dir.path().join("none"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--base-image") && e.contains("none"), "{e}");
+        assert!(conf("overlay", 256, &img).is_ok());
         let e = parse("workload = [\"file:/x.fio\"]\nnumjobs = [2]\n")
             .unwrap()
             .validate()

@@ -184,9 +184,8 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
                 copy, rbd clone; first write and base reads, 3 repeats, a boot storm; then \
                 recommend",
         not_here: &[
-            "Nova's lvm (the base copied into a logical volume): the lvm backend makes flat \
-             volumes only, and only with --lvm-vg VG on a host with device-mapper; without \
-             --lvm-vg its cells are left out",
+            "Nova's lvm (the base copied into a logical volume): only with --lvm-vg VG on a \
+             host with device-mapper; without --lvm-vg its cells are left out",
             "the guest boots from its kernel and initramfs, not from the instance disk: the boot \
              storm's instances read their boot set (16 MiB) from the disk after their hello",
         ],

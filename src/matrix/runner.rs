@@ -318,7 +318,12 @@ impl RunCtx {
             self.rundir.path.join("work-dir"),
             work.as_os_str().as_encoded_bytes(),
         )?;
-        let servers = Servers::new(self.rundir.path.join("servers"), &self.run_id);
+        let mut servers = Servers::new(self.rundir.path.join("servers"), &self.run_id);
+        if let Some(path) = &self.cfg.storage.base_image {
+            // Checked at config time; read again here, as the run starts.
+            let image = crate::storage::base::UserImage::open(path).map_err(anyhow::Error::msg)?;
+            servers = servers.with_base_image(image);
+        }
         let conns = connect_all(self, plan, &image, &work).await;
         let prov = provenance(&conns, &image, &self.host);
         Ok(Hosts {

@@ -3,6 +3,12 @@
 //! once with known data (every 4 KiB block different, none zero, so a read that falls through
 //! to the base returns real data and a copy moves real bytes), shared by every cell and repeat
 //! of the run, removed when the run's [`super::servers::Servers`] is dropped.
+//!
+//! `--base-image FILE` makes the base from a user's image instead (a cloud image, as Glance
+//! holds it): converted to raw once per run and disk size (Nova's `force_raw_images`, its
+//! default) and grown to the disk's size (Nova resizes the instance disk to the flavor's); an
+//! image larger than the disk is refused before the run, as Nova refuses a flavor whose disk is
+//! too small for the image. Its format is read from its header, never probed by QEMU.
 
 use super::StorageError;
 use std::collections::BTreeMap;
@@ -36,6 +42,8 @@ pub fn block(index: u64) -> [u8; BLOCK] {
 pub struct Bases {
     run: String,
     made: Arc<Mutex<BTreeMap<PathBuf, Arc<BaseImage>>>>,
+    /// The user's image the bases are made from (`--base-image`); `None`: the known pattern.
+    source: Option<UserImage>,
 }
 
 impl Bases {
@@ -44,7 +52,14 @@ impl Bases {
         Bases {
             run: run.to_string(),
             made: Arc::default(),
+            source: None,
         }
+    }
+
+    /// Bases made from the user's image (checked by [`UserImage::open`]).
+    pub fn from_image(mut self, image: UserImage) -> Bases {
+        self.source = Some(image);
+        self
     }
 
     /// The base of `bytes` in `dir` (made there on first use, with the directory, 0711 so QEMU's
@@ -64,7 +79,11 @@ impl Bases {
                 context: format!("creating {}", dir.display()),
                 source,
             })?;
-        let b = Arc::new(BaseImage::create(&path, bytes)?);
+        let b = match &self.source {
+            Some(image) => BaseImage::convert(image, &path, bytes)?,
+            None => BaseImage::create(&path, bytes)?,
+        };
+        let b = Arc::new(b);
         made.insert(path, b.clone());
         Ok(b)
     }
@@ -113,6 +132,39 @@ impl BaseImage {
         Ok(base)
     }
 
+    /// The user's `image` as a raw base of `bytes` at `path` (converted, then grown to the
+    /// disk's size), mode 0644. A half-made file is removed.
+    pub fn convert(image: &UserImage, path: &Path, bytes: u64) -> Result<BaseImage, StorageError> {
+        if image.virtual_bytes > bytes {
+            return Err(StorageError::Invalid(image.too_big(bytes)));
+        }
+        let t = std::time::Instant::now();
+        let mut base = BaseImage {
+            path: path.to_path_buf(),
+            bytes,
+            write_ms: 0,
+            handed_out: Default::default(),
+        };
+        // From here on, Drop removes whatever was written.
+        let (src, dst) = (image.path.to_string_lossy(), path.to_string_lossy());
+        let args = ["convert", "-f", image.format, "-O", "raw", &*src, &*dst];
+        super::cmd::run("qemu-img", &args)?;
+        let io = |what: &str| {
+            let context = format!("{what} {}", path.display());
+            move |source| StorageError::Io { context, source }
+        };
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io("opening"))?;
+        f.set_len(bytes).map_err(io("growing"))?;
+        f.sync_all().map_err(io("syncing"))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .map_err(io("chmod"))?;
+        base.write_ms = t.elapsed().as_millis() as u64;
+        Ok(base)
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -136,6 +188,87 @@ impl BaseImage {
 impl Drop for BaseImage {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A user's image for the bases (`--base-image`): raw or qcow2, told apart by the qcow2 magic,
+/// with the size the guest sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserImage {
+    /// The file.
+    pub path: PathBuf,
+    /// `raw` or `qcow2`, as `qemu-img -f` spells it.
+    pub format: &'static str,
+    /// The disk size the image describes (qcow2: its header's; raw: the file's length).
+    pub virtual_bytes: u64,
+}
+
+/// qcow2's magic, `QFI\xfb`, the first four bytes of every qcow2 file.
+const QCOW2_MAGIC: [u8; 4] = *b"QFI\xfb";
+
+impl UserImage {
+    /// Reads `path`'s format and virtual size; an error names the file and the problem.
+    pub fn open(path: &Path) -> Result<UserImage, String> {
+        use std::io::Read;
+        let named = |e: &dyn std::fmt::Display| format!("--base-image {}: {e}", path.display());
+        let meta = std::fs::metadata(path).map_err(|e| named(&e))?;
+        if !meta.is_file() {
+            return Err(named(&"not a regular file"));
+        }
+        let mut head = [0u8; 32];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut head))
+            .map_err(|e| named(&e))?;
+        let (format, virtual_bytes) = if n >= 32 && head[..4] == QCOW2_MAGIC {
+            // qcow2 header: the virtual size is the big-endian u64 at byte 24.
+            let size = u64::from_be_bytes(head[24..32].try_into().unwrap_or_default());
+            ("qcow2", size)
+        } else {
+            ("raw", meta.len())
+        };
+        if virtual_bytes == 0 {
+            return Err(named(&"an empty image"));
+        }
+        Ok(UserImage {
+            path: path.to_path_buf(),
+            format,
+            virtual_bytes,
+        })
+    }
+
+    /// Why a disk of `disk_bytes` cannot start from it.
+    pub fn too_big(&self, disk_bytes: u64) -> String {
+        format!(
+            "--base-image {}: its {} image is {} MiB, larger than the cells' disk ({} MiB): the \
+             disk must hold the image, as Nova refuses a flavor whose disk is too small for it \
+             (give --disk-mib {} or more)",
+            self.path.display(),
+            self.format,
+            self.virtual_bytes.div_ceil(1 << 20),
+            disk_bytes >> 20,
+            self.virtual_bytes.div_ceil(1 << 20),
+        )
+    }
+}
+
+/// `--base-image FILE`: the flag of the bases, flattened into `vmbench matrix` with the
+/// backends' own.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BaseArgs {
+    /// A raw or qcow2 image (a cloud image) that instance disks start from, instead of vmbench's
+    /// generated base: converted to raw once per run and grown to the disk's size; it must not
+    /// be larger than the disk. Needs --instance-disk overlay, copy or clone. [default: a raw
+    /// base of known data]
+    #[arg(long, value_name = "FILE")]
+    pub base_image: Option<PathBuf>,
+}
+
+impl BaseArgs {
+    /// Sets the option given on the command line.
+    pub fn apply(&self, s: &mut super::options::StorageConfig) {
+        if let Some(p) = &self.base_image {
+            s.base_image = Some(p.clone());
+        }
     }
 }
 
@@ -193,5 +326,79 @@ mod tests {
         let path = a.path().to_path_buf();
         drop((a, b, c, bases));
         assert!(!path.exists());
+    }
+
+    /// A qcow2 header as qemu-img writes it, as far as [`UserImage::open`] reads: the magic,
+    /// version 3, and the virtual size at byte 24.
+    fn qcow2_header(size: u64) -> Vec<u8> {
+        let mut h = vec![0u8; 512];
+        h[..4].copy_from_slice(&QCOW2_MAGIC);
+        h[4..8].copy_from_slice(&3u32.to_be_bytes());
+        h[24..32].copy_from_slice(&size.to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn a_user_image_is_told_raw_or_qcow2_and_sized_as_the_guest_sees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = dir.path().join("cloud.qcow2");
+        std::fs::write(&q, qcow2_header(2 << 30)).unwrap();
+        let img = UserImage::open(&q).unwrap();
+        assert_eq!((img.format, img.virtual_bytes), ("qcow2", 2 << 30));
+        let r = dir.path().join("cloud.raw");
+        std::fs::write(&r, vec![7u8; 3 * BLOCK]).unwrap();
+        let img = UserImage::open(&r).unwrap();
+        assert_eq!((img.format, img.virtual_bytes), ("raw", 3 * BLOCK as u64));
+        let e = img.too_big(BLOCK as u64);
+        assert!(
+            e.contains("larger than the cells' disk") && e.contains("--disk-mib 1"),
+            "{e}"
+        );
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        let e = UserImage::open(&empty).unwrap_err();
+        assert!(e.contains("an empty image"), "{e}");
+        let e = UserImage::open(&dir.path().join("missing")).unwrap_err();
+        assert!(
+            e.starts_with("--base-image ") && e.contains("missing"),
+            "{e}"
+        );
+        let e = UserImage::open(dir.path()).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+
+    /// A real qcow2 (qemu-img create, 1 MiB of 0xab written with qemu-io) becomes a raw base of
+    /// the disk's size: the data where it was, zeros after, mode 0644; one larger than the disk
+    /// is refused and leaves no file.
+    #[test]
+    #[ignore = "host: qemu"]
+    fn a_user_qcow2_becomes_a_raw_base_grown_to_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = dir.path().join("cloud.qcow2");
+        let qs = q.to_string_lossy();
+        super::super::cmd::run("qemu-img", &["create", "-f", "qcow2", &qs, "4M"]).unwrap();
+        let io = ["-f", "qcow2", "-c", "write -P 0xab 0 1M", &*qs];
+        super::super::cmd::run("qemu-io", &io).unwrap();
+        let img = UserImage::open(&q).unwrap();
+        assert_eq!((img.format, img.virtual_bytes), ("qcow2", 4 << 20));
+        let path = dir.path().join("base.raw");
+        let base = BaseImage::convert(&img, &path, 8 << 20).unwrap();
+        let mut data = vec![];
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_to_end(&mut data)
+            .unwrap();
+        assert_eq!(data.len(), 8 << 20);
+        assert!(data[..1 << 20].iter().all(|b| *b == 0xab));
+        assert!(data[1 << 20..].iter().all(|b| *b == 0));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        assert!(base.first_write_ms().is_some());
+        drop(base);
+        assert!(!path.exists());
+        let small = dir.path().join("small.raw");
+        let e = BaseImage::convert(&img, &small, 2 << 20).unwrap_err();
+        assert!(e.to_string().contains("larger than the cells' disk"), "{e}");
+        assert!(!small.exists());
     }
 }

@@ -386,7 +386,8 @@ fn check_name(flag: &str, name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The key of `client.USER` in `keyring`, checked to be base64.
+/// The key of `client.USER` in `keyring`, checked to be base64; the file must be private (as
+/// `ceph-authtool` makes it, 0600), like a CHAP file.
 fn read_key(keyring: &Path, user: &str) -> Result<String, StorageError> {
     let k = keyring.display();
     let text = std::fs::read_to_string(keyring).map_err(|e| {
@@ -395,6 +396,8 @@ fn read_key(keyring: &Path, user: &str) -> Result<String, StorageError> {
              key with --ceph-keyring FILE)"
         ))
     })?;
+    super::chap::check_private(keyring)
+        .map_err(|e| StorageError::Invalid(format!("--ceph-keyring {k}: {e}")))?;
     let key = keyring_key(&text, user).ok_or_else(|| {
         StorageError::Invalid(format!(
             "--ceph-keyring {k}: no key for client.{user} in it (a [client.{user}] section with \
@@ -619,6 +622,13 @@ pub const BASE_MARK: &str = "-base-";
 mod tests {
     use super::*;
 
+    /// A keyring file as ceph-authtool writes it: mode 0600.
+    fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    }
+
     fn mon(host: &str, port: u16) -> Monitor {
         Monitor {
             host: host.into(),
@@ -771,6 +781,14 @@ mod tests {
             "{e}"
         );
         std::fs::write(&kr, AUTHTOOL_KEYRING).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let open = std::fs::Permissions::from_mode(0o644);
+            std::fs::set_permissions(&kr, open).unwrap();
+        }
+        let e = resolve(Some("vmbench"), None).unwrap_err();
+        assert!(e.contains("lets other users read"), "an open keyring: {e}");
+        write_private(&kr, AUTHTOOL_KEYRING).unwrap();
         let e = resolve(Some("cinder"), None).unwrap_err();
         assert!(e.contains("no key for client.cinder"), "{e}");
         assert_eq!(
@@ -785,7 +803,7 @@ mod tests {
         assert!(e.contains("--ceph-user 'a b'"), "{e}");
         let e = resolve(None, Some("rbd/x")).unwrap_err();
         assert!(e.contains("--ceph-pool"), "{e}");
-        std::fs::write(&kr, "[client.admin]\n\tkey = not-base64!\n").unwrap();
+        write_private(&kr, "[client.admin]\n\tkey = not-base64!\n").unwrap();
         let e = resolve(None, None).unwrap_err();
         assert!(
             e.contains("not a cephx key") && !e.contains("not-base64"),
@@ -801,7 +819,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (conf, kr) = (d.path().join("c"), d.path().join("k"));
         std::fs::write(&conf, MINIMAL_CONF).unwrap();
-        std::fs::write(&kr, AUTHTOOL_KEYRING).unwrap();
+        write_private(&kr, AUTHTOOL_KEYRING).unwrap();
         let s = CephSpec::resolve(&conf, Some(&kr), Some("vmbench"), None).unwrap();
         let argv: Vec<String> = s
             .rbd_args(&["ls", "rbd"])

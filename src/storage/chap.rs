@@ -117,8 +117,9 @@ impl Chap {
     }
 }
 
-/// Refuses a CHAP file that is not a regular file or that a group or other user may access.
-fn check_private(path: &Path) -> Result<(), String> {
+/// Refuses a secret's file (a CHAP file, a Ceph keyring) that is not a regular file or that a
+/// group or other user may access.
+pub(super) fn check_private(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if !meta.is_file() {

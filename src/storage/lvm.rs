@@ -5,11 +5,15 @@
 //! a benchmark wants exact control (create, activate, format, remove, nothing else). The
 //! commands are a pure plan ([`plan_create`], [`plan_remove`]) so they can be checked without
 //! device-mapper, which LVM needs to activate anything and which some hosts (this CI) lack.
+//!
+//! `--instance-disk copy` is Nova's `lvm` images_type: the run's base image copied in full into
+//! the cell's new LV (`qemu-img convert -n`, as the local backend copies it into a file).
 
+use super::base::Bases;
 use super::cmd;
 use super::options::StorageConfig;
 use super::{DiskSource, ProvisionedDisk, StorageBackend, StorageError, Unsupported};
-use crate::cell::{Cell, Format};
+use crate::cell::{Cell, Format, InstanceDisk};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -136,6 +140,8 @@ pub struct LvmBackend {
     thin_pool: Option<String>,
     /// LVs created and not yet removed.
     created: Vec<String>,
+    /// The run's base images and the directory their files go in, for `copy` cells.
+    bases: Option<(Bases, PathBuf)>,
 }
 
 impl LvmBackend {
@@ -146,7 +152,36 @@ impl LvmBackend {
             vg,
             thin_pool,
             created: Vec::new(),
+            bases: None,
         }
+    }
+
+    /// Cells whose LV starts as a copy of the run's base image (its file in `dir`).
+    pub fn from_bases(mut self, bases: Bases, dir: PathBuf) -> Self {
+        self.bases = Some((bases, dir));
+        self
+    }
+
+    /// Copies the run's base of `size_bytes` into the new LV `dev` (Nova's `lvm`) and says so
+    /// in `params`.
+    fn copy_base(
+        &self,
+        cell: &Cell,
+        dev: &Path,
+        size_bytes: u64,
+        params: &mut BTreeMap<String, String>,
+    ) -> Result<(), StorageError> {
+        let (Some((bases, dir)), InstanceDisk::Copy) = (&self.bases, cell.instance) else {
+            return Ok(());
+        };
+        let base = bases.get(dir, size_bytes)?;
+        super::local::copy_base(&base, dev, cell.format)?;
+        params.insert("instance_disk".into(), cell.instance.to_string());
+        params.insert("base_image".into(), base.path().display().to_string());
+        if let Some(ms) = base.first_write_ms() {
+            params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
+        }
+        Ok(())
     }
 
     /// The LV name for the next cell: run-unique, so leftovers of a killed run never clash.
@@ -234,6 +269,7 @@ impl StorageBackend for LvmBackend {
             "lv_bytes".into(),
             lv_bytes(cell.format, size_bytes).to_string(),
         );
+        self.copy_base(cell, &dev, size_bytes, &mut params)?;
         Ok(ProvisionedDisk {
             source: DiskSource::Block { dev: dev.clone() },
             format: cell.format,
@@ -328,15 +364,26 @@ impl super::BackendKind for Kind {
     fn open(
         &self,
         opts: &super::options::StorageConfig,
-        _cell: &Cell,
-        _servers: &mut super::servers::Servers,
-        _work: &Path,
+        cell: &Cell,
+        servers: &mut super::servers::Servers,
+        work: &Path,
         _disks: &super::pool::PoolPlace,
     ) -> Result<super::Opened, super::servers::OpenError> {
-        Ok(super::Opened::plain(Box::new(LvmBackend::new(
+        let b = LvmBackend::new(
             opts.lvm_vg.clone().unwrap_or_default(),
             opts.lvm_thin_pool.clone(),
-        ))))
+        );
+        let b = match cell.instance.from_base() {
+            // The base file lives in the run's work dir, removed with the run.
+            true => b.from_bases(servers.bases(), work.join("_base")),
+            false => b,
+        };
+        Ok(super::Opened::plain(Box::new(b)))
+    }
+
+    /// An empty LV, or the base copied into it (Nova's `lvm`).
+    fn instances(&self) -> &'static [InstanceDisk] {
+        &[InstanceDisk::Flat, InstanceDisk::Copy]
     }
 
     fn host_support(&self) -> Result<String, String> {
@@ -426,6 +473,17 @@ mod tests {
         assert_eq!(
             plan_remove("vg0", "lv1"),
             vec![s(&["lvremove", "-y", "vg0/lv1"])]
+        );
+    }
+
+    /// Nova's `lvm` is a copy of the base in an LV; an overlay or a clone is not LVM's to make
+    /// (the planner skips those cells with the valid kinds).
+    #[test]
+    fn lvm_makes_flat_and_copied_volumes_only() {
+        use super::super::BackendKind;
+        assert_eq!(
+            KIND.instances(),
+            &[InstanceDisk::Flat, InstanceDisk::Copy][..]
         );
     }
 

@@ -52,6 +52,10 @@ pub struct StorageConfig {
     /// The pool images go in on that cluster. Default `rbd`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceph_pool: Option<String>,
+    /// A raw or qcow2 image instance disks start from (`overlay`, `copy`, `clone` cells),
+    /// converted to raw once per run. Default: a raw base of known data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_image: Option<PathBuf>,
 }
 
 impl StorageConfig {
@@ -95,6 +99,8 @@ pub struct StorageArgs {
     block: super::block::BlockArgs,
     #[command(flatten)]
     ceph: super::rbd::CephArgs,
+    #[command(flatten)]
+    base: super::base::BaseArgs,
 }
 
 impl StorageArgs {
@@ -107,6 +113,7 @@ impl StorageArgs {
         self.lvm.apply(s);
         self.block.apply(s);
         self.ceph.apply(s);
+        self.base.apply(s);
         Ok(())
     }
 }

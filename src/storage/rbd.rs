@@ -634,6 +634,11 @@ mod tests {
             "[client.bench]\n\tkey = AQC3vhVruWdUAhAAZgesi4rusus79nLEb272DQ==\n",
         )
         .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let private = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(&kr, private).unwrap();
+        }
         let mut o = StorageConfig {
             ceph_user: Some("bench".into()),
             ..StorageConfig::default()

@@ -254,6 +254,12 @@ impl Servers {
             .map_err(OpenError::Failed)
     }
 
+    /// The run's bases made from the user's `image` (`--base-image`) instead of known data.
+    pub fn with_base_image(mut self, image: super::base::UserImage) -> Servers {
+        self.bases = Bases::new(&self.run).from_image(image);
+        self
+    }
+
     /// The run's base images (made on first use, shared by every cell, removed with the run).
     pub fn bases(&self) -> Bases {
         self.bases.clone()

@@ -361,3 +361,12 @@ pub fn is_untouched(path: &Path) -> bool {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         == untouched_mtime()
 }
+
+/// vmbench's cephx secrets libvirt holds now (rbd cells define one per cell and undefine it).
+pub fn ceph_secrets() -> Vec<String> {
+    virsh(&["secret-list"])
+        .lines()
+        .filter(|l| l.contains(vmbench::storage::rbd::USAGE_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
