@@ -599,8 +599,6 @@ impl MatrixConfig {
         Ok(())
     }
 
-    /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
-    /// asked either); Xen has no `<iotune>`.
     /// bonnie++'s `-s` ratio: from 2 (the least bonnie++ accepts) to 16.
     fn check_engine_options(&self) -> Result<(), ConfigError> {
         if (2..=16).contains(&self.bonnie_size_ratio) {
@@ -658,6 +656,8 @@ impl MatrixConfig {
         }
     }
 
+    /// A zero cap would stall every I/O (libvirt reads 0 as "no limit", which is not what was
+    /// asked either); Xen has no `<iotune>`.
     fn check_limits(&self) -> Result<(), ConfigError> {
         let caps = [
             ("iops_limit (--iops-limit)", self.iops_limit),

@@ -203,6 +203,32 @@ pub struct UserImage {
     pub virtual_bytes: u64,
 }
 
+/// The big-endian u64 at `at` in a header (0 past its end).
+fn be_u64(head: &[u8], at: usize) -> u64 {
+    head.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// A qcow2 that reads nothing but itself: no backing file (header bytes 8..16, its offset) and,
+/// in version 3, no external data file (incompatible feature bit 2, bytes 72..80). Converted as
+/// root, either would pull a file the image names (`/etc/shadow`, a host disk) into a base
+/// every guest reads.
+fn check_self_contained(head: &[u8]) -> Result<(), &'static str> {
+    if be_u64(head, 8) != 0 {
+        return Err("a qcow2 with a backing file: give a self-contained image \
+                    (`qemu-img convert -O qcow2 IMAGE NEW` flattens it)");
+    }
+    let version = head
+        .get(4..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_be_bytes);
+    if version >= 3 && be_u64(head, 72) & (1 << 2) != 0 {
+        return Err("a qcow2 whose data lives in an external file: give a self-contained image");
+    }
+    Ok(())
+}
+
 /// qcow2's magic, `QFI\xfb`, the first four bytes of every qcow2 file.
 const QCOW2_MAGIC: [u8; 4] = *b"QFI\xfb";
 
@@ -215,14 +241,14 @@ impl UserImage {
         if !meta.is_file() {
             return Err(named(&"not a regular file"));
         }
-        let mut head = [0u8; 32];
+        let mut head = [0u8; 80];
         let n = std::fs::File::open(path)
             .and_then(|mut f| f.read(&mut head))
             .map_err(|e| named(&e))?;
         let (format, virtual_bytes) = if n >= 32 && head[..4] == QCOW2_MAGIC {
+            check_self_contained(&head[..n]).map_err(|e| named(&e))?;
             // qcow2 header: the virtual size is the big-endian u64 at byte 24.
-            let size = u64::from_be_bytes(head[24..32].try_into().unwrap_or_default());
-            ("qcow2", size)
+            ("qcow2", be_u64(&head[..n], 24))
         } else {
             ("raw", meta.len())
         };
@@ -365,6 +391,17 @@ mod tests {
         );
         let e = UserImage::open(dir.path()).unwrap_err();
         assert!(e.contains("not a regular file"), "{e}");
+        // A backing file or an external data file would be read (as root) into the base.
+        let mut backed = qcow2_header(1 << 20);
+        backed[8..16].copy_from_slice(&512u64.to_be_bytes());
+        std::fs::write(&q, &backed).unwrap();
+        let e = UserImage::open(&q).unwrap_err();
+        assert!(e.contains("a qcow2 with a backing file"), "{e}");
+        let mut external = qcow2_header(1 << 20);
+        external[72..80].copy_from_slice(&4u64.to_be_bytes());
+        std::fs::write(&q, &external).unwrap();
+        let e = UserImage::open(&q).unwrap_err();
+        assert!(e.contains("external file"), "{e}");
     }
 
     /// A real qcow2 (qemu-img create, 1 MiB of 0xab written with qemu-io) becomes a raw base of
@@ -400,5 +437,12 @@ mod tests {
         let e = BaseImage::convert(&img, &small, 2 << 20).unwrap_err();
         assert!(e.to_string().contains("larger than the cells' disk"), "{e}");
         assert!(!small.exists());
+        // A real overlay names its backing file in its header: refused before any conversion.
+        let child = dir.path().join("child.qcow2");
+        let cs = child.to_string_lossy();
+        let args = ["create", "-f", "qcow2", "-b", &*qs, "-F", "qcow2", &*cs];
+        super::super::cmd::run("qemu-img", &args).unwrap();
+        let e = UserImage::open(&child).unwrap_err();
+        assert!(e.contains("a qcow2 with a backing file"), "{e}");
     }
 }

@@ -518,7 +518,12 @@ impl Drop for ExternalCeph {
         let bases = std::mem::take(&mut *self.bases.lock().unwrap_or_else(|e| e.into_inner()));
         // Every base is tried, even after one fails.
         let results: Vec<_> = bases.iter().map(|b| remove_base(&self.spec, b)).collect();
-        if results.iter().all(Result::is_ok) {
+        // A cell image its teardown could not remove (watchers, a timeout) keeps the record
+        // too, or `vmbench cleanup` could never find it.
+        let none_left = (self.spec.rbd(&["ls", &self.spec.pool]))
+            .map(|ls| !ls.lines().any(|n| n.trim().starts_with(&self.prefix)))
+            .unwrap_or(false);
+        if none_left && results.iter().all(Result::is_ok) {
             let _ = std::fs::remove_file(&self.record);
         }
     }

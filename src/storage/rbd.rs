@@ -196,9 +196,19 @@ impl RbdBackend {
         let t = std::time::Instant::now();
         let image = format!("{pool}/{name}");
         let path = file.path().to_string_lossy();
-        self.ceph.rbd(&["import", "--no-progress", &path, &image])?;
-        self.ceph.rbd(&["snap", "create", "--no-progress", &snap])?;
-        self.ceph.rbd(&["snap", "protect", &snap])?;
+        let made = self
+            .ceph
+            .rbd(&["import", "--no-progress", &path, &image])
+            .and_then(|_| self.ceph.rbd(&["snap", "create", "--no-progress", &snap]))
+            .and_then(|_| self.ceph.rbd(&["snap", "protect", &snap]));
+        if let Err(e) = made {
+            // A half-made base would pass the `ls` above for the next cell: copies would read
+            // a partial image and clones find no snapshot. Best effort; the error is the news.
+            let _ = self.ceph.rbd(&["snap", "unprotect", &snap]);
+            let _ = self.ceph.rbd(&["snap", "purge", "--no-progress", &image]);
+            let _ = self.ceph.rbd(&["rm", "--no-progress", &image]);
+            return Err(e);
+        }
         let import_ms = t.elapsed().as_millis() as u64;
         let written = file.first_write_ms().unwrap_or(0) + import_ms;
         self.base_written_ms = Some(written);
@@ -306,7 +316,12 @@ impl StorageBackend for RbdBackend {
         let image = super::image_name(&self.ceph.image_tag(&tag), cell);
         let pool = self.ceph.pool().to_string();
         let spec = format!("{pool}/{image}");
-        self.make_image(cell, &spec, size_bytes)?;
+        if let Err(e) = self.make_image(cell, &spec, size_bytes) {
+            // `rbd cp` or `create` may fail after the image exists (a timeout, a full pool);
+            // on a user's cluster it would stay. Best effort; the error is the news.
+            let _ = self.ceph.rbd(&["rm", "--no-progress", &spec]);
+            return Err(e);
+        }
         self.made.push(Made {
             image: spec.clone(),
             secret: None,
