@@ -29,6 +29,21 @@ fn image() -> ImageInfo {
     ensure(&req, &|m| eprintln!("image: {m}")).expect("image")
 }
 
+/// The kernel command line a vmbench cell boots with (so "bare" differs from a cell only in
+/// libvirt and the harness), plus `BENCH_APPEND`'s words: scripts/bench-boot --cmdline times a
+/// candidate addition against the current line.
+fn cmdline() -> String {
+    let mut s =
+        vmbench::hypervisor::domain_xml::kernel_cmdline(vmbench::cell::Hypervisor::Qemu, None);
+    if let Ok(extra) = std::env::var("BENCH_APPEND") {
+        if !extra.trim().is_empty() {
+            s.push(' ');
+            s.push_str(extra.trim());
+        }
+    }
+    s
+}
+
 /// Kills QEMU when the test ends, however it ends.
 struct Qemu(Child);
 
@@ -74,12 +89,11 @@ fn boot(img: &ImageInfo, channel: Channel, disk_bytes: u64) -> Guest {
         "2",
         "-nographic",
         "-no-reboot",
-        "-append",
-        "console=ttyS0 rdinit=/init panic=-1",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend(["-append".into(), cmdline()]);
     args.extend([
         "-kernel".into(),
         img.kernel.display().to_string(),

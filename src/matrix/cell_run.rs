@@ -137,6 +137,8 @@ impl CellCtx<'_, '_> {
         let mut booted = self.boot(&spec).await?;
         let t = Instant::now();
         self.prefill(&mut booted, &plan).await?;
+        self.timings.prefill_ms = t.elapsed().as_millis() as u64;
+        let t = Instant::now();
         let (out, window) = self.measure(&mut booted, &plan).await?;
         self.timings.run_ms = t.elapsed().as_millis() as u64;
         self.collect(&out)?;

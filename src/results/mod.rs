@@ -90,7 +90,12 @@ pub struct Timings {
     pub provision_ms: u64,
     /// Domain start to the agent's hello.
     pub boot_to_hello_ms: u64,
-    /// Job sent to job done.
+    /// The steps before the measured job (mkfs, mount, the engine's prefill) and dropping the
+    /// host's caches. 0 in records made before it was split out (store schema 7), whose `run_ms`
+    /// includes it.
+    #[serde(default)]
+    pub prefill_ms: u64,
+    /// The measured job: sent to done (ramp included).
     pub run_ms: u64,
     /// Domain destroy + disk teardown.
     pub teardown_ms: u64,
