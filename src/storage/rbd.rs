@@ -204,9 +204,7 @@ impl RbdBackend {
         if let Err(e) = made {
             // A half-made base would pass the `ls` above for the next cell: copies would read
             // a partial image and clones find no snapshot. Best effort; the error is the news.
-            let _ = self.ceph.rbd(&["snap", "unprotect", &snap]);
-            let _ = self.ceph.rbd(&["snap", "purge", "--no-progress", &image]);
-            let _ = self.ceph.rbd(&["rm", "--no-progress", &image]);
+            let _ = ceph_external::remove_base(|a| self.ceph.rbd(a), pool, &name);
             return Err(e);
         }
         let import_ms = t.elapsed().as_millis() as u64;
