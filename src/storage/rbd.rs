@@ -113,11 +113,7 @@ impl Cluster {
     fn base_name(&self, bytes: u64) -> String {
         match self {
             Cluster::Embedded(_) => format!("vmbench-base-{bytes}"),
-            Cluster::External(c) => {
-                let name = format!("{}base-{bytes}", c.prefix());
-                c.track_base(&name);
-                name
-            }
+            Cluster::External(c) => format!("{}base-{bytes}", c.prefix()),
         }
     }
 
@@ -187,6 +183,10 @@ impl RbdBackend {
         };
         let pool = self.ceph.pool();
         let name = self.ceph.base_name(bytes);
+        if let Cluster::External(c) = &self.ceph {
+            // Removed at the run's end, tracked before it is made so a half-made one goes too.
+            c.track_base(&name);
+        }
         let snap = format!("{pool}/{name}@base");
         let listed = self.ceph.rbd(&["ls", pool])?;
         if listed.lines().any(|l| l.trim() == name) {
