@@ -19,14 +19,11 @@ const MIB: u64 = 1024 * 1024;
 
 /// A CHAP file `username=USER` / `secret=SECRET`, mode 0600.
 fn chap_file(dir: &Path, name: &str, secret: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let f = dir.join(name);
-    std::fs::write(
+    write_private(
         &f,
-        format!("# test target\nusername={USER}\nsecret={secret}\n"),
-    )
-    .unwrap();
-    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        &format!("# test target\nusername={USER}\nsecret={secret}\n"),
+    );
     f
 }
 
@@ -322,8 +319,7 @@ fn a_malformed_or_open_chap_file_exits_2_with_nothing_created() {
     let url = "iscsi://127.0.0.1/iqn.2026-12.dev.vmbench:chap-test/1";
     let secret = random_secret();
     let malformed = files.path().join("malformed");
-    std::fs::write(&malformed, format!("user={USER}\npassword={secret}\n")).unwrap();
-    std::fs::set_permissions(&malformed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_private(&malformed, &format!("user={USER}\npassword={secret}\n"));
     let open = chap_file(files.path(), "open", &secret);
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
     let missing = files.path().join("missing");

@@ -218,16 +218,10 @@ fn bad_ceph_options_exit_2_before_anything_is_made() {
     std::fs::write(&conf, "[global]\n\tmon_host = v2:10.9.8.7:3300/0\n").unwrap();
     std::fs::write(&no_mon, "[global]\n\tfsid = x\n").unwrap();
     let empty = d.path().join("empty.keyring");
-    std::fs::write(
+    write_private(
         &empty,
         "[client.other]\n\tkey = AQC3vhVruWdUAhAAZgesi4rusus79nLEb272DQ==\n",
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let private = std::fs::Permissions::from_mode(0o600);
-        std::fs::set_permissions(&empty, private).unwrap();
-    }
+    );
     let (conf, no_mon, empty) = (
         conf.to_string_lossy(),
         no_mon.to_string_lossy(),

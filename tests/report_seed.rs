@@ -3,7 +3,6 @@
 //! Pure: no host needed.
 use crate::common;
 use common::*;
-use std::process::Command;
 
 /// The fixture as a run directory (`report DIR` reads DIR/run.json).
 fn run_dir() -> tempfile::TempDir {
@@ -16,19 +15,9 @@ fn run_dir() -> tempfile::TempDir {
     dir
 }
 
+/// `vmbench report DIR --against-seed lvm-vs-partition`, plus `extra`.
 fn report(dir: &tempfile::TempDir, extra: &[&str]) -> (Option<i32>, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
-    c.arg("report")
-        .arg(dir.path())
-        .args(["--against-seed", "lvm-vs-partition"])
-        .args(extra)
-        .env("NO_COLOR", "1");
-    let o = output_within(&mut c, TOOL_LIMIT);
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    report_against_seed(dir.path(), None, "lvm-vs-partition", extra)
 }
 
 #[test]

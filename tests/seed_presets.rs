@@ -8,26 +8,12 @@
 //! says why not, and the Local PV / OpenEBS ones say that one cell stands for both.
 use crate::common;
 use common::*;
-use std::process::Command;
 
 const PRESET: &str = "longhorn-localpv-openebs";
 
 /// `vmbench report last --against-seed PRESET` on the scratch's store, plus `extra`.
 fn against(s: &Scratch, extra: &[&str]) -> (Option<i32>, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
-    c.arg("report")
-        .arg("last")
-        .arg("--db")
-        .arg(s.db())
-        .args(["--against-seed", PRESET])
-        .args(extra)
-        .env("NO_COLOR", "1");
-    let o = output_within(&mut c, TOOL_LIMIT);
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    report_against_seed("last", Some(&s.db()), PRESET, extra)
 }
 
 /// Each conclusion of the report's judged section with its verdict lines (`[...] PAIR`).

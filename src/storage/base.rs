@@ -11,6 +11,7 @@
 //! too small for the image. Its format is read from its header, never probed by QEMU.
 
 use super::StorageError;
+use crate::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -188,6 +189,16 @@ impl BaseImage {
 impl Drop for BaseImage {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Says in a cell's `params` that its disk starts from `base`: the instance-disk layout, the
+/// base's file, and (for the first cell to get it) the ms its writing took ([`WRITTEN_MS`]).
+pub fn record(params: &mut BTreeMap<String, String>, cell: &Cell, base: &BaseImage) {
+    params.insert("instance_disk".into(), cell.instance.to_string());
+    params.insert("base_image".into(), base.path().display().to_string());
+    if let Some(ms) = base.first_write_ms() {
+        params.insert(WRITTEN_MS.into(), ms.to_string());
     }
 }
 

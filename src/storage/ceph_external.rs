@@ -517,7 +517,10 @@ impl Drop for ExternalCeph {
     fn drop(&mut self) {
         let bases = std::mem::take(&mut *self.bases.lock().unwrap_or_else(|e| e.into_inner()));
         // Every base is tried, even after one fails.
-        let results: Vec<_> = bases.iter().map(|b| remove_base(&self.spec, b)).collect();
+        let results: Vec<_> = bases
+            .iter()
+            .map(|b| remove_base(|a| self.spec.rbd(a), &self.spec.pool, b))
+            .collect();
         // A cell image its teardown could not remove (watchers, a timeout) keeps the record
         // too, or `vmbench cleanup` could never find it.
         let none_left = (self.spec.rbd(&["ls", &self.spec.pool]))
@@ -529,18 +532,24 @@ impl Drop for ExternalCeph {
     }
 }
 
-/// `POOL/NAME`'s snapshots unprotected and purged, then the image; a missing image is fine.
-fn remove_base(spec: &CephSpec, name: &str) -> Result<(), StorageError> {
-    let image = format!("{}/{name}", spec.pool);
+/// `POOL/NAME`'s snapshot `@base` unprotected, its snapshots purged, then the image, each
+/// through `rbd` (runs `rbd ARGS` against the cluster); a missing image is fine. The run's end
+/// and `vmbench cleanup` remove bases with it, and [`super::rbd`] a half-imported one.
+pub(super) fn remove_base(
+    rbd: impl Fn(&[&str]) -> Result<String, StorageError>,
+    pool: &str,
+    name: &str,
+) -> Result<(), StorageError> {
+    let image = format!("{pool}/{name}");
     let snap = format!("{image}@base");
     // Not protected, or no snapshot: the purge and the removal below say what matters.
-    let _ = spec.rbd(&["snap", "unprotect", &snap]);
+    let _ = rbd(&["snap", "unprotect", &snap]);
     let gone = |r: Result<String, StorageError>| match r {
         Err(e) if e.to_string().contains("(2) No such file or directory") => Ok(()),
         r => r.map(drop),
     };
-    gone(spec.rbd(&["snap", "purge", "--no-progress", &image]))?;
-    gone(spec.rbd(&["rm", "--no-progress", &image]))
+    gone(rbd(&["snap", "purge", "--no-progress", &image]))?;
+    gone(rbd(&["rm", "--no-progress", &image]))
 }
 
 /// A failed first call, said plainly when the monitors refused the client's key.
@@ -607,7 +616,7 @@ pub fn remove_leftovers(servers: &Path, dry: bool) -> Result<Vec<String>, String
             continue;
         }
         if name.contains(BASE_MARK) {
-            remove_base(&spec, name).map_err(|e| e.to_string())?;
+            remove_base(|a| spec.rbd(a), &spec.pool, name).map_err(|e| e.to_string())?;
         } else {
             let image = format!("{}/{name}", spec.pool);
             spec.rbd(&["rm", "--no-progress", &image])

@@ -309,11 +309,7 @@ impl StorageBackend for LocalBackend {
             if cell.instance == InstanceDisk::Copy {
                 copy_base(base, &path, cell.format)?;
             }
-            params.insert("instance_disk".into(), cell.instance.to_string());
-            params.insert("base_image".into(), base.path().display().to_string());
-            if let Some(ms) = base.first_write_ms() {
-                params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
-            }
+            super::base::record(&mut params, cell, base);
         }
         self.made = self.local.then(|| path.clone());
         Ok(ProvisionedDisk {

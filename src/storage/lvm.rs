@@ -176,11 +176,7 @@ impl LvmBackend {
         };
         let base = bases.get(dir, size_bytes)?;
         super::local::copy_base(&base, dev, cell.format)?;
-        params.insert("instance_disk".into(), cell.instance.to_string());
-        params.insert("base_image".into(), base.path().display().to_string());
-        if let Some(ms) = base.first_write_ms() {
-            params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
-        }
+        super::base::record(params, cell, &base);
         Ok(())
     }
 

@@ -433,11 +433,7 @@ impl NfsBackend {
             if cell.instance == InstanceDisk::Copy {
                 super::local::copy_base(b, file, cell.format)?;
             }
-            params.insert("instance_disk".into(), cell.instance.to_string());
-            params.insert("base_image".into(), b.path().display().to_string());
-            if let Some(ms) = b.first_write_ms() {
-                params.insert(super::base::WRITTEN_MS.into(), ms.to_string());
-            }
+            super::base::record(params, cell, b);
         }
         Ok(())
     }

@@ -113,11 +113,7 @@ impl Cluster {
     fn base_name(&self, bytes: u64) -> String {
         match self {
             Cluster::Embedded(_) => format!("vmbench-base-{bytes}"),
-            Cluster::External(c) => {
-                let name = format!("{}base-{bytes}", c.prefix());
-                c.track_base(&name);
-                name
-            }
+            Cluster::External(c) => format!("{}base-{bytes}", c.prefix()),
         }
     }
 
@@ -187,6 +183,10 @@ impl RbdBackend {
         };
         let pool = self.ceph.pool();
         let name = self.ceph.base_name(bytes);
+        if let Cluster::External(c) = &self.ceph {
+            // Removed at the run's end, tracked before it is made so a half-made one goes too.
+            c.track_base(&name);
+        }
         let snap = format!("{pool}/{name}@base");
         let listed = self.ceph.rbd(&["ls", pool])?;
         if listed.lines().any(|l| l.trim() == name) {
@@ -204,9 +204,7 @@ impl RbdBackend {
         if let Err(e) = made {
             // A half-made base would pass the `ls` above for the next cell: copies would read
             // a partial image and clones find no snapshot. Best effort; the error is the news.
-            let _ = self.ceph.rbd(&["snap", "unprotect", &snap]);
-            let _ = self.ceph.rbd(&["snap", "purge", "--no-progress", &image]);
-            let _ = self.ceph.rbd(&["rm", "--no-progress", &image]);
+            let _ = ceph_external::remove_base(|a| self.ceph.rbd(a), pool, &name);
             return Err(e);
         }
         let import_ms = t.elapsed().as_millis() as u64;

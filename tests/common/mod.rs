@@ -206,6 +206,39 @@ impl Scratch {
     }
 }
 
+/// Writes `text` to `path` and makes it private (0600), as a CHAP file or a cephx keyring must
+/// be.
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("chmod 0600 {}: {e}", path.display()));
+}
+
+/// `vmbench report RUN [--db DB] --against-seed PRESET EXTRA...` within [`TOOL_LIMIT`]: its
+/// exit code, stdout and stderr.
+pub fn report_against_seed(
+    run: impl AsRef<std::ffi::OsStr>,
+    db: Option<&Path>,
+    preset: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vmbench"));
+    c.arg("report").arg(run);
+    if let Some(db) = db {
+        c.arg("--db").arg(db);
+    }
+    c.args(["--against-seed", preset])
+        .args(extra)
+        .env("NO_COLOR", "1");
+    let o = output_within(&mut c, TOOL_LIMIT);
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// Prints a finished command's output (shown when a test fails) and returns it.
 pub fn show(out: Output) -> Output {
     eprintln!(
