@@ -294,6 +294,15 @@ pub struct MatrixArgs {
     /// Test only: seconds of guest silence before a job is declared stalled. [default: 15]
     #[arg(long, hide = true)]
     pub heartbeat_timeout: Option<u64>,
+    /// Benchmark only (scripts/bench-fidelity --in-boot): before its measured job, each cell
+    /// runs N rounds of the job with the instruments on and off inside its one boot and writes
+    /// fidelity.json. [default: 0, off]
+    #[arg(long, hide = true, value_name = "N")]
+    pub fidelity_pairs: Option<u32>,
+    /// Benchmark only: which variants a --fidelity-pairs round holds: pair (full, hand) or all
+    /// (also each instrument off alone). [default: pair]
+    #[arg(long, hide = true, value_name = "SET")]
+    pub fidelity_variants: Option<String>,
     /// Print the cells, their estimated duration and domain XML; start nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -777,6 +786,7 @@ fn parse_links(s: &str) -> Result<Vec<crate::cell::Link>, CliError> {
 }
 
 fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
+    fidelity(c, a)?;
     for f in &a.inject_fault {
         c.test_hooks.faults.push(
             f.parse()
@@ -792,6 +802,29 @@ fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
             Ok(())
         }
         None => Ok(()),
+    }
+}
+
+/// `--fidelity-pairs N [--fidelity-variants SET]`: the in-boot instrument comparison.
+fn fidelity(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
+    let variants = match &a.fidelity_variants {
+        Some(v) => v
+            .parse()
+            .map_err(|e| CliError::Usage(format!("--fidelity-variants: {e}")))?,
+        None => Default::default(),
+    };
+    match a.fidelity_pairs {
+        None if a.fidelity_variants.is_some() => Err(CliError::Usage(
+            "--fidelity-variants needs --fidelity-pairs N".into(),
+        )),
+        None => Ok(()),
+        Some(0) => Err(CliError::Usage(
+            "--fidelity-pairs must be at least 1".into(),
+        )),
+        Some(pairs) => {
+            c.fidelity = Some(crate::matrix::fidelity::Plan { pairs, variants });
+            Ok(())
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::cell_error::{CellError, ConsoleTail, DomainNote};
 use super::config::{parse_size, MatrixConfig};
+use super::fidelity;
 use super::progress::{Output, Phase, Ui};
 use super::storm;
 use crate::cell::{Cell, Hypervisor};
@@ -138,8 +139,12 @@ impl CellCtx<'_, '_> {
         let t = Instant::now();
         self.prefill(&mut booted, &plan).await?;
         self.timings.prefill_ms = t.elapsed().as_millis() as u64;
+        if let Some(f) = self.env.cfg.fidelity {
+            self.fidelity(&mut booted, f).await?;
+        }
         let t = Instant::now();
-        let (out, window) = self.measure(&mut booted, &plan).await?;
+        let stall = self.env.cfg.stall_timeout;
+        let (out, window) = self.measure(&mut booted, &plan, 2, stall).await?;
         self.timings.run_ms = t.elapsed().as_millis() as u64;
         self.collect(&out)?;
         self.teardown(booted).await?;
@@ -268,7 +273,9 @@ impl CellCtx<'_, '_> {
                 disk_serial: TEST_DISK_SERIAL.into(),
                 steps: prep.clone(),
             };
-            let out = self.run_job(b, job, |_| {}).await?;
+            let out = self
+                .run_job(b, job, self.env.cfg.stall_timeout, |_| {})
+                .await?;
             check_steps(&out, prep, &b.console)?;
             let tails = out.steps.values().map(|e| &*e.stderr_tail);
             self.params.extend(workload::mounted_device(tails));
@@ -277,11 +284,14 @@ impl CellCtx<'_, '_> {
         Ok(())
     }
 
-    /// The measured job, with the host-side window sampled around its measured step.
+    /// The measured job, with the host-side window sampled around its measured step; the
+    /// progress watchdog fails it after `stall` seconds without I/O (0: no watchdog).
     async fn measure(
         &self,
         b: &mut Booted,
         plan: &WorkPlan,
+        job_id: u64,
+        stall: u64,
     ) -> Result<(JobOutput, Window), CellError> {
         let hv = self.cell.hypervisor;
         let sources = Sources {
@@ -302,12 +312,12 @@ impl CellCtx<'_, '_> {
         let ui = self.env.ui.clone();
         let engine = &*plan.engine;
         let job = Job {
-            id: 2,
+            id: job_id,
             disk_serial: TEST_DISK_SERIAL.into(),
             steps: (self.env.cfg.test_hooks).apply(self.seq, plan.steps.measure.clone()),
         };
         let measured = self
-            .run_job(b, job, |e| match e {
+            .run_job(b, job, stall, |e| match e {
                 JobEvent::Status { line, .. } => {
                     if let Some(live) = engine.live_iops(line) {
                         ui.send(Output::Live {
@@ -360,6 +370,49 @@ impl CellCtx<'_, '_> {
             return Err(CellError::LibvirtLost);
         }
         Ok(())
+    }
+
+    /// The in-boot instrument comparison ([`fidelity`]): the measured job, round by round, once
+    /// per variant, each parsed for its IOPS; written to fidelity.json. Job ids from 10, so
+    /// none is the prefill's or the measured job's.
+    async fn fidelity(&mut self, b: &mut Booted, f: fidelity::Plan) -> Result<(), CellError> {
+        let mut jobs = Vec::new();
+        for (i, (round, variant)) in f.order().into_iter().enumerate() {
+            let mut cfg = self.env.cfg.clone();
+            cfg.time_series = variant.time_series();
+            cfg.live_status = variant.live_status();
+            let stall = if variant.watchdog() {
+                cfg.stall_timeout
+            } else {
+                0
+            };
+            let plan = WorkPlan::new(&cfg, self.cell)?;
+            let (out, _) = self.measure(b, &plan, 10 + i as u64, stall).await?;
+            let parsed = plan
+                .engine
+                .parse(&out.artifacts)
+                .map_err(CellError::BadOutput)?;
+            let iops = ["read_iops", "write_iops"]
+                .iter()
+                .filter_map(|k| parsed.metrics.iter().find(|m| m.key == *k))
+                .filter_map(|m| m.value.number())
+                .sum();
+            jobs.push(fidelity::JobFigure {
+                round,
+                variant,
+                iops,
+            });
+        }
+        let record = fidelity::Record {
+            pairs: f.pairs,
+            jobs,
+        };
+        let json = serde_json::to_string_pretty(&record).unwrap_or_default();
+        self.params.insert(
+            "fidelity".into(),
+            format!("{} rounds before the measured job (fidelity.json)", f.pairs),
+        );
+        self.write("fidelity.json", &json)
     }
 
     /// The boot storm (`--boot-storm K`, [`storm`]): K more instance disks made as this cell's
@@ -442,6 +495,7 @@ impl CellCtx<'_, '_> {
         &self,
         b: &mut Booted,
         job: Job,
+        stall_timeout: u64,
         on_event: impl FnMut(JobEvent<'_>),
     ) -> Result<JobOutput, CellError> {
         let cfg = self.env.cfg;
@@ -466,7 +520,7 @@ impl CellCtx<'_, '_> {
         };
         let hv = self.cell.hypervisor;
         let d = dom.clone();
-        let stall = (cfg.stall_timeout > 0).then(|| Duration::from_secs(cfg.stall_timeout));
+        let stall = (stall_timeout > 0).then(|| Duration::from_secs(stall_timeout));
         let stalled = async move {
             match stall {
                 Some(limit) => {

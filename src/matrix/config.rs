@@ -157,6 +157,11 @@ pub struct MatrixConfig {
     /// Test-only hooks (hidden CLI flags); never read from TOML or written to config.json.
     #[serde(skip)]
     pub test_hooks: super::test_hooks::TestHooks,
+    /// Benchmark only (hidden `--fidelity-pairs`, [`super::fidelity`]): before its measured
+    /// job, each cell runs the job with the instruments on and off, in rounds, inside its one
+    /// boot. Never read from TOML or written to config.json. Default none.
+    #[serde(skip)]
+    pub fidelity: Option<super::fidelity::Plan>,
 }
 
 impl Default for MatrixConfig {
@@ -211,6 +216,7 @@ impl Default for MatrixConfig {
             link: vec![Link::Loopback],
             instance: vec![crate::cell::InstanceDisk::Flat],
             test_hooks: Default::default(),
+            fidelity: None,
         }
     }
 }

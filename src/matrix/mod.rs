@@ -6,6 +6,7 @@ pub mod cell_error;
 pub mod cell_run;
 pub mod config;
 pub mod dry_run;
+pub mod fidelity;
 pub mod presets;
 pub mod probe;
 pub mod progress;
