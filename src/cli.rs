@@ -184,6 +184,10 @@ pub struct MatrixArgs {
     /// No per-second fio logs (no time series in reports, no within-run stability figure).
     #[arg(long)]
     pub no_time_series: bool,
+    /// Per-second bandwidth and IOPS logs, but no latency log (fio accounts every I/O into it,
+    /// which slows a TCG guest's job; the job's mean and percentile latencies stay).
+    #[arg(long)]
+    pub no_latency_series: bool,
     /// The closing table shows every metric, not only the headline rows.
     #[arg(long)]
     pub all_metrics: bool,
@@ -696,6 +700,9 @@ fn run_settings(c: &mut MatrixConfig, a: &MatrixArgs) {
     }
     if a.no_time_series {
         c.time_series = false;
+    }
+    if a.no_latency_series {
+        c.latency_series = false;
     }
     if a.no_live_status {
         c.live_status = false;

@@ -411,6 +411,21 @@ fn bad_input(sum: &mut Summary) {
             "at least 1",
         ),
         (
+            "zero fidelity rounds",
+            vec!["--fidelity-pairs", "0"],
+            "--fidelity-pairs must be at least 1",
+        ),
+        (
+            "unknown fidelity variants",
+            vec!["--fidelity-pairs", "1", "--fidelity-variants", "some"],
+            "valid: pair, all",
+        ),
+        (
+            "fidelity variants without rounds",
+            vec!["--fidelity-variants", "all"],
+            "needs --fidelity-pairs",
+        ),
+        (
             "job file path with .. and metacharacters",
             vec!["--workload", "file:/nonexistent/../a b&<c>.fio"],
             "a b&<c>.fio",
@@ -435,7 +450,9 @@ fn bad_input(sum: &mut Summary) {
     let help = String::from_utf8_lossy(&help.stdout);
     sum.check(
         "test-only options hidden from --help",
-        !help.contains("inject-fault") && !help.contains("heartbeat-timeout"),
+        !help.contains("inject-fault")
+            && !help.contains("heartbeat-timeout")
+            && !help.contains("fidelity"),
         help.to_string(),
     );
     sum.leftovers += leftovers(&s, None);

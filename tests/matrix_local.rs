@@ -243,3 +243,74 @@ fn unreachable_libvirt_is_a_clear_unsupported_reason() {
     };
     assert!(r.contains("libvirtd running"), "{r}");
 }
+
+/// Issue 28 item 1's instrument: with the hidden `--fidelity-pairs 2`, one boot and one prefill
+/// run the measured job four times (full, hand, hand, full: the order alternates) before the
+/// measured job itself, each with its IOPS in fidelity.json; the cell's own result is as usual.
+#[test]
+#[ignore = "host: root libvirtd qemu"]
+fn fidelity_rounds_run_inside_the_cells_one_boot() {
+    let s = Scratch::new();
+    let out = s.matrix_with(&[
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--runtime",
+        "2",
+        "--ramp",
+        "1",
+        "--size",
+        "32M",
+        "--disk-mib",
+        "128",
+        "--memory",
+        "384",
+        "--no-probe",
+        "--fidelity-pairs",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let (dir, rec) = s.run_record();
+    let [c] = &rec.cells[..] else {
+        panic!("one cell: {:?}", rec.cells)
+    };
+    assert_real_randrw(c);
+    assert!(
+        c.timings.prefill_ms > 0 && c.timings.run_ms > 3000,
+        "{:?}",
+        c.timings
+    );
+    assert!(
+        c.params["fidelity"].starts_with("2 rounds"),
+        "{:?}",
+        c.params
+    );
+    let cell_dir = std::fs::read_dir(dir.join("cells"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cell_dir.join("fidelity.json")).unwrap())
+            .unwrap();
+    let jobs = f["jobs"].as_array().unwrap();
+    let order: Vec<&str> = jobs
+        .iter()
+        .map(|j| j["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["full", "hand", "hand", "full"]);
+    for j in jobs {
+        assert!(j["iops"].as_f64().unwrap() > 10.0, "{j}");
+    }
+    // One boot: the agent printed its hello once and ran the prefill, four rounds and the job.
+    let console = std::fs::read_to_string(cell_dir.join("console.log")).unwrap();
+    assert_eq!(console.matches("port open").count(), 1, "{console}");
+    assert_eq!(
+        console.matches("vmbench-agent: job ").count(),
+        6,
+        "{console}"
+    );
+    s.assert_no_leftovers();
+}

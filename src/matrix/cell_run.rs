@@ -380,6 +380,7 @@ impl CellCtx<'_, '_> {
         for (i, (round, variant)) in f.order().into_iter().enumerate() {
             let mut cfg = self.env.cfg.clone();
             cfg.time_series = variant.time_series();
+            cfg.latency_series = variant.latency_series();
             cfg.live_status = variant.live_status();
             let stall = if variant.watchdog() {
                 cfg.stall_timeout
@@ -659,6 +660,7 @@ impl WorkPlan {
             target,
             overrides: &cell.job,
             time_series: cfg.time_series,
+            latency_series: cfg.latency_series,
             live_status: cfg.live_status,
         };
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;

@@ -68,6 +68,11 @@ pub struct MatrixConfig {
     /// the within-run stability figures). `scripts/bench-fidelity` measures what they cost.
     /// Default true.
     pub time_series: bool,
+    /// With `time_series`, fio's per-second latency logs too (the latency time series; the
+    /// job's mean and percentiles come from its summary either way). fio accounts every I/O
+    /// into them, which slows a CPU-bound (TCG) guest's job measurably, unlike the bandwidth
+    /// and IOPS logs: README, "What measuring costs". Default true.
+    pub latency_series: bool,
     /// The guest streams fio's once-a-second status line for the live IOPS display. Default
     /// true.
     pub live_status: bool,
@@ -187,6 +192,7 @@ impl Default for MatrixConfig {
             bw_limit_mib: None,
             cap_only: BTreeMap::new(),
             time_series: true,
+            latency_series: true,
             live_status: true,
             prefill: true,
             bonnie_files: 16,
@@ -395,6 +401,7 @@ impl MatrixConfig {
     pub fn instrument_params(&self) -> Vec<(String, String)> {
         [
             ("time_series", self.time_series),
+            ("latency_series", self.latency_series || !self.time_series),
             ("live_status", self.live_status),
         ]
         .into_iter()

@@ -305,6 +305,7 @@ workload = ["toy", "pg-randrw"]
             target: workload::io_target(mkfs.is_some()),
             overrides: &toy.job,
             time_series: cfg.time_series,
+            latency_series: cfg.latency_series,
             live_status: cfg.live_status,
         };
         let steps = engine.plan(&params).unwrap();

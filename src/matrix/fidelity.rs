@@ -4,7 +4,8 @@
 //! it over several boots and prints the median ratio with its confidence interval). Separate
 //! boots differ by about 10% on a TCG host; pairs inside one boot do not pay that spread.
 //!
-//! The instruments: fio's per-second logs (`time_series`), the guest's streamed status line
+//! The instruments: fio's per-second logs (`time_series`; its latency logs alone,
+//! `latency_series`), the guest's streamed status line
 //! (`live_status`) and the host's progress watchdog (QMP reads every second, `stall_timeout`).
 //! What every variant keeps, because it cannot be taken away: the agent as init, its
 //! heartbeat, and the host's QMP block statistics at each end of the measured window.
@@ -21,6 +22,8 @@ pub enum Variant {
     Hand,
     /// Only the per-second logs off.
     NoLogs,
+    /// Only the per-second latency logs off (bandwidth and IOPS logs kept).
+    NoLatLogs,
     /// Only the status stream off.
     NoStatus,
     /// Only the watchdog off.
@@ -31,6 +34,11 @@ impl Variant {
     /// fio writes per-second logs.
     pub fn time_series(self) -> bool {
         !matches!(self, Variant::Hand | Variant::NoLogs)
+    }
+
+    /// With them, its per-second latency logs.
+    pub fn latency_series(self) -> bool {
+        self.time_series() && self != Variant::NoLatLogs
     }
 
     /// The guest streams fio's status line.
@@ -62,6 +70,7 @@ impl Variants {
                 Variant::Full,
                 Variant::Hand,
                 Variant::NoLogs,
+                Variant::NoLatLogs,
                 Variant::NoStatus,
                 Variant::NoWatchdog,
             ],
@@ -145,21 +154,29 @@ mod tests {
             variants: Variants::All,
         };
         let o = all.order();
-        assert_eq!(o.len(), 10);
+        assert_eq!(o.len(), 12);
         assert_eq!(o[0], (0, Full));
-        assert_eq!(o[5], (1, NoWatchdog));
-        assert_eq!(o[9], (1, Full));
+        assert_eq!(o[6], (1, NoWatchdog));
+        assert_eq!(o[11], (1, Full));
     }
 
     #[test]
     fn each_variant_turns_off_what_its_name_says() {
         use Variant::*;
-        let on = |v: Variant| (v.time_series(), v.live_status(), v.watchdog());
-        assert_eq!(on(Full), (true, true, true));
-        assert_eq!(on(Hand), (false, false, false));
-        assert_eq!(on(NoLogs), (false, true, true));
-        assert_eq!(on(NoStatus), (true, false, true));
-        assert_eq!(on(NoWatchdog), (true, true, false));
+        let on = |v: Variant| {
+            (
+                v.time_series(),
+                v.latency_series(),
+                v.live_status(),
+                v.watchdog(),
+            )
+        };
+        assert_eq!(on(Full), (true, true, true, true));
+        assert_eq!(on(Hand), (false, false, false, false));
+        assert_eq!(on(NoLogs), (false, false, true, true));
+        assert_eq!(on(NoLatLogs), (true, false, true, true));
+        assert_eq!(on(NoStatus), (true, true, false, true));
+        assert_eq!(on(NoWatchdog), (true, true, true, false));
         assert_eq!("all".parse::<Variants>(), Ok(Variants::All));
         assert!("some"
             .parse::<Variants>()

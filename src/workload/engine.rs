@@ -43,6 +43,8 @@ pub struct EngineParams<'a> {
     pub overrides: &'a fio::JobOverrides,
     /// Per-second logs of the measured job (the report's time series).
     pub time_series: bool,
+    /// With `time_series`, the per-second latency log too (fio accounts it per I/O).
+    pub latency_series: bool,
     /// The engine's once-a-second status line, for the live display.
     pub live_status: bool,
 }
@@ -319,6 +321,7 @@ mod tests {
             target,
             overrides: &NO_OVERRIDES,
             time_series: true,
+            latency_series: true,
             live_status: true,
         }
     }
@@ -355,6 +358,25 @@ mod tests {
     }
 
     #[test]
+    fn without_the_latency_series_fio_keeps_its_rate_logs_only() {
+        let e = Fio::preset(super::super::PG_RANDRW);
+        let mut p = params("{disk}");
+        p.latency_series = false;
+        let plan = e.plan(&p).unwrap();
+        let job = &plan
+            .job_files
+            .iter()
+            .find(|(n, _)| *n == "job.fio")
+            .unwrap()
+            .1;
+        assert!(
+            job.contains("write_iops_log=") && job.contains("write_bw_log="),
+            "{job}"
+        );
+        assert!(!job.contains("write_lat_log"), "{job}");
+    }
+
+    #[test]
     fn lean_fio_plan_has_no_logs_and_no_status_line() {
         let e = Fio::preset(super::super::PG_RANDRW);
         let full = e.plan(&params("{disk}")).unwrap();
@@ -384,7 +406,10 @@ mod tests {
         assert!(f[1].1.is_some() && f[1].2.contains("write_iops_log"));
         assert!(l[1].1.is_none() && !l[1].2.contains("_log="), "{}", l[1].2);
         // The job itself is unchanged apart from the log lines.
-        assert_eq!(l[1].2, f[1].2.replace(&fio::log_options(LOG_PREFIX), ""));
+        assert_eq!(
+            l[1].2,
+            f[1].2.replace(&fio::log_options(LOG_PREFIX, true), "")
+        );
     }
 
     #[test]

@@ -194,7 +194,8 @@ impl WorkloadEngine for Fio {
         }
         let job = self.job_text(p, p.runtime, 0)?.replace("{disk}", p.target);
         let (job_text, log_prefix) = if p.time_series {
-            (with_log_options(&job, LOG_PREFIX), Some(LOG_PREFIX.into()))
+            let opts = log_options(LOG_PREFIX, p.latency_series);
+            (with_log_options(&job, &opts), Some(LOG_PREFIX.into()))
         } else {
             (job, None)
         };
@@ -852,9 +853,12 @@ pub fn render_preset(job: &str, runtime_s: u32, ramp_s: u32, size: &str) -> Stri
         .replace("{size}", size)
 }
 
-/// The `[global]` lines that make fio write per-second bandwidth, IOPS and latency logs named
-/// `PREFIX_{bw,iops,lat,clat,slat}.N.log`. Characters that could break the job file are replaced.
-pub fn log_options(prefix: &str) -> String {
+/// The `[global]` lines that make fio write per-second bandwidth, IOPS and (with `latency`)
+/// latency logs named `PREFIX_{bw,iops,lat,clat,slat}.N.log`. Characters that could break the
+/// job file are replaced. fio takes the bandwidth and IOPS samples once per interval but
+/// accounts every I/O into the latency logs (three of them), which is what they cost a
+/// CPU-bound guest (`scripts/bench-fidelity --in-boot` with `VARIANTS=all`).
+pub fn log_options(prefix: &str, latency: bool) -> String {
     let p: String = prefix
         .chars()
         .map(|c| {
@@ -865,12 +869,17 @@ pub fn log_options(prefix: &str) -> String {
             }
         })
         .collect();
-    format!("write_bw_log={p}\nwrite_iops_log={p}\nwrite_lat_log={p}\nlog_avg_msec=1000\n")
+    let lat = if latency {
+        format!("write_lat_log={p}\n")
+    } else {
+        String::new()
+    };
+    format!("write_bw_log={p}\nwrite_iops_log={p}\n{lat}log_avg_msec=1000\n")
 }
 
-/// A job text with [`log_options`] added to its first `[global]` section (or a new one on top).
-pub fn with_log_options(job: &str, prefix: &str) -> String {
-    let opts = log_options(prefix);
+/// A job text with `opts` ([`log_options`]) added to its first `[global]` section (or a new one
+/// on top).
+pub fn with_log_options(job: &str, opts: &str) -> String {
     match job.find("[global]\n") {
         Some(i) => {
             let at = i + "[global]\n".len();
@@ -1118,7 +1127,7 @@ mod tests {
 
     #[test]
     fn log_options_cannot_inject_lines() {
-        let o = log_options("a\nfilename=/etc/passwd");
+        let o = log_options("a\nfilename=/etc/passwd", true);
         assert_eq!(o.lines().count(), 4, "{o}");
         assert!(!o.contains("\nfilename"));
     }
