@@ -188,6 +188,15 @@ dimension!(
         LvmExt4 => "lvm-ext4",
         /// XFS on an LVM logical volume made in the guest (XFS needs a disk of 300 MiB or more).
         LvmXfs => "lvm-xfs",
+        /// ext4 on partition 1 of a disk split in two (MBR, two primary partitions of one size;
+        /// a PV, VG and LV on partition 2), made in the guest. Its disk is laid out exactly as
+        /// split-lvm-ext4's: the same partitions and LVM objects, and ext4 made on both
+        /// partition 1 and the LV; only partition 1's is mounted (an unmounted filesystem does
+        /// no I/O). The disk is twice the engine's, so each half is what the engine asked for.
+        SplitPartExt4 => "split-part-ext4",
+        /// ext4 on the LV on partition 2 of the same split disk as split-part-ext4 (the same
+        /// partitions, LVM objects and filesystems); only the LV's filesystem is mounted.
+        SplitLvmExt4 => "split-lvm-ext4",
     }
 );
 
@@ -201,6 +210,16 @@ impl Layout {
     /// Whether the engine sees a mounted filesystem (everything but `raw`).
     pub fn is_filesystem(self) -> bool {
         self != Layout::Raw
+    }
+
+    /// How many volumes of the engine's size the disk holds: 2 for the split layouts (the disk
+    /// is made twice the size the engine asks for, so the side a cell measures gets all of it),
+    /// 1 for the rest.
+    pub fn volumes_on_disk(self) -> u64 {
+        match self {
+            Layout::SplitPartExt4 | Layout::SplitLvmExt4 => 2,
+            _ => 1,
+        }
     }
 }
 
@@ -1056,6 +1075,38 @@ mod tests {
         assert_eq!("kept".parse::<Probe>().unwrap().as_str(), "kept");
         let e = "never".parse::<Probe>().unwrap_err();
         assert_eq!(e.to_string(), "unknown probe 'never' (valid: plain, kept)");
+    }
+
+    #[test]
+    fn layout_names_round_trip() {
+        for l in Layout::ALL {
+            assert_eq!(l.as_str().parse::<Layout>().unwrap(), *l);
+            let json = serde_json::to_string(l).unwrap();
+            assert_eq!(json, format!("\"{}\"", l.as_str()));
+            assert_eq!(serde_json::from_str::<Layout>(&json).unwrap(), *l);
+        }
+        assert_eq!(
+            "split-part-ext4".parse::<Layout>().unwrap(),
+            Layout::SplitPartExt4
+        );
+        assert_eq!(
+            "split-lvm-ext4".parse::<Layout>().unwrap(),
+            Layout::SplitLvmExt4
+        );
+        let e = "split".parse::<Layout>().unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "(valid: raw, ext4, xfs, part-ext4, lvm-ext4, lvm-xfs, split-part-ext4, \
+                 split-lvm-ext4)"
+            ),
+            "{e}"
+        );
+        let split = [Layout::SplitPartExt4, Layout::SplitLvmExt4];
+        for l in Layout::ALL {
+            let want = if split.contains(l) { 2 } else { 1 };
+            assert_eq!(l.volumes_on_disk(), want, "{l}");
+        }
+        assert!(split.iter().all(|l| l.is_filesystem()));
     }
 
     #[test]

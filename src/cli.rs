@@ -131,7 +131,7 @@ pub struct MatrixArgs {
     /// Host AIO modes: native, threads, io_uring. [default: native]
     #[arg(long)]
     pub io: Option<String>,
-    /// Guest disk layouts: raw, ext4, xfs, part-ext4 (one MBR partition), lvm-ext4, lvm-xfs (an LV made in the guest). [default: raw]
+    /// Guest disk layouts: raw, ext4, xfs, part-ext4 (one MBR partition), lvm-ext4, lvm-xfs (an LV made in the guest), split-part-ext4, split-lvm-ext4 (one disk split in two partitions, an LV on the second: ext4 on partition 1 or on the LV; the disk is twice the size asked). [default: raw]
     #[arg(long)]
     pub layout: Option<String>,
     /// How each disk is made from the run's base image (filled with known data once per run),

@@ -31,7 +31,7 @@ fn a_run_not_made_by_the_preset_is_refused_with_exit_2_and_judged_with_force() {
         "{err}"
     );
     assert!(
-        err.contains(r#"layout: run ["raw"], preset ["part-ext4","lvm-ext4"]"#),
+        err.contains(r#"layout: run ["raw"], preset ["split-part-ext4","split-lvm-ext4"]"#),
         "{err}"
     );
     assert!(err.contains("--force"), "{err}");

@@ -298,6 +298,14 @@ mod tests {
                 ..ok.clone()
             },
             Cell {
+                layout: Layout::SplitPartExt4,
+                ..ok.clone()
+            },
+            Cell {
+                layout: Layout::SplitLvmExt4,
+                ..ok.clone()
+            },
+            Cell {
                 format: Format::Qcow2,
                 ..ok.clone()
             },

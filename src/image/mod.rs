@@ -83,9 +83,9 @@ impl Initrd {
     /// which archive, the steps say what they run, so no caller decides by backend, layout or
     /// engine. xfs, LVM volumes, bonnie++ and virtio-fs are in the extra archive.
     pub fn for_steps<'a>(steps: impl IntoIterator<Item = &'a vmbench_proto::Step>) -> Initrd {
-        use vmbench_proto::{Filesystem, Step, Volume};
+        use vmbench_proto::{Filesystem, Step};
         let extra = |s: &Step| match s {
-            Step::Mkfs { fs, volume } => *fs == Filesystem::Xfs || *volume == Volume::Lvm,
+            Step::Mkfs { fs, volume } => *fs == Filesystem::Xfs || volume.uses_lvm(),
             Step::Bonnie { .. } | Step::MountVirtiofs { .. } => true,
             Step::DropCaches | Step::Fio { .. } | Step::Sysrq { .. } => false,
         };
@@ -786,6 +786,9 @@ mod initrd_tests {
         for s in [
             mkfs(Filesystem::Xfs, Volume::Whole),
             mkfs(Filesystem::Ext4, Volume::Lvm),
+            // A split disk has a PV, VG and LV on partition 2 whichever side is measured.
+            mkfs(Filesystem::Ext4, Volume::SplitPartition),
+            mkfs(Filesystem::Ext4, Volume::SplitLvm),
             Step::MountVirtiofs { tag: "t".into() },
         ] {
             let steps = [Step::DropCaches, s];

@@ -664,6 +664,11 @@ impl WorkPlan {
             live_status: cfg.live_status,
         };
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
+        // A split layout's measured side is half the disk: the disk holds two of what the
+        // engine asked for.
+        steps.disk_bytes = steps
+            .disk_bytes
+            .saturating_mul(cell.layout.volumes_on_disk());
         if let Some(mkfs) = mkfs {
             steps.prep.insert(0, mkfs);
         }
@@ -881,4 +886,29 @@ async fn sample_window(
     }
     w.end = Some(metrics::snapshot(&src, block(&dom), dom.cpu()));
     w
+}
+
+#[cfg(test)]
+mod work_plan_tests {
+    use super::*;
+    use crate::cell::Layout;
+
+    #[test]
+    fn a_split_layouts_disk_holds_two_of_what_the_engine_asks_for() {
+        let cfg = MatrixConfig::default();
+        let plan = |layout| {
+            let cell = Cell {
+                layout,
+                ..Cell::default()
+            };
+            WorkPlan::new(&cfg, &cell).unwrap().steps
+        };
+        assert_eq!(plan(Layout::PartExt4).disk_bytes, cfg.disk_mib << 20);
+        assert_eq!(plan(Layout::LvmExt4).disk_bytes, cfg.disk_mib << 20);
+        for layout in [Layout::SplitPartExt4, Layout::SplitLvmExt4] {
+            let p = plan(layout);
+            assert_eq!(p.disk_bytes, 2 * (cfg.disk_mib << 20), "{layout}");
+            assert!(matches!(p.prep[0], Step::Mkfs { .. }), "{layout}");
+        }
+    }
 }

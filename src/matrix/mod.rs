@@ -200,7 +200,8 @@ fn on_hosts(cells: Vec<Cell>, hosts: &[crate::cell::HostName]) -> Vec<Cell> {
 }
 
 /// bonnie++ measures a filesystem: a raw layout becomes ext4 (what the seeds measured); the
-/// other layouts (ext4, xfs, part-ext4, lvm-ext4) are filesystems already.
+/// other layouts (ext4, xfs, part-ext4, lvm-ext4, lvm-xfs, split-part-ext4, split-lvm-ext4) are
+/// filesystems already.
 fn layout_for(w: &WorkloadId, asked: Layout) -> Layout {
     let needs_fs = crate::workload::engine(w).is_ok_and(|e| e.needs_filesystem());
     if !asked.is_filesystem() && needs_fs {

@@ -83,10 +83,13 @@ fn lvm_vs_partition(c: &mut MatrixConfig) {
     c.hypervisor = vec![Hypervisor::Qemu];
     c.backend = vec![Backend::Local];
     c.format = vec![Format::Raw];
-    c.layout = vec![Layout::PartExt4, Layout::LvmExt4];
+    // The write-up's partition and LV were on one disk: both cells get the same split disk
+    // (partition 1, and an LV on partition 2) and each measures its own side.
+    c.layout = vec![Layout::SplitPartExt4, Layout::SplitLvmExt4];
     c.workload = vec![WorkloadId::Preset("bonnie".into())];
     // The write-up: `bonnie++ -s 8G` with 2 GB of RAM (4x), on a 10 GB partition and a 10 GB
-    // LV (5x RAM): at the default 512 MiB guest, -s 2 GiB on a 2.5 GiB disk.
+    // LV (5x RAM): at the default 512 MiB guest, -s 2 GiB on a 2.5 GiB side (a split layout's
+    // disk holds two sides of disk_mib: 5 GiB).
     c.bonnie_size_ratio = 4;
     c.disk_mib = c.memory_mib * 5;
     c.repeat = super::repeat::Repeat::Fixed(3);
@@ -169,10 +172,13 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
     },
     SeedPreset {
         name: "lvm-vs-partition",
-        about: "bonnie++: ext4 on a primary partition vs ext4 on an LVM logical volume, inside \
-                the guest (part-ext4, lvm-ext4)",
+        about: "bonnie++: ext4 on a primary partition vs ext4 on an LVM logical volume, both on \
+                one disk split in two partitions in the guest (split-part-ext4: partition 1; \
+                split-lvm-ext4: an LV on partition 2)",
         not_here: &[
             "host LVM (backend lvm) runs only with --lvm-vg VG on a host with device-mapper",
+            "where on the disk the write-up's partition (/dev/sda3) and its VG (not said) \
+             sat: here partition 1 is the disk's first half and the LV's PV its second",
         ],
         apply: lvm_vs_partition,
         then: "vmbench report RUN --against-seed lvm-vs-partition",
@@ -282,10 +288,11 @@ mod tests {
     }
 
     #[test]
-    fn lvm_preset_runs_bonnie_on_both_layouts() {
+    fn lvm_preset_runs_bonnie_on_both_sides_of_one_split_disk() {
         let p = expand(&seed_preset("lvm-vs-partition").unwrap().config());
         let layouts: Vec<Layout> = p.cells.iter().map(|c| c.layout).collect();
-        assert_eq!(layouts, vec![Layout::PartExt4, Layout::LvmExt4]);
+        assert_eq!(layouts, vec![Layout::SplitPartExt4, Layout::SplitLvmExt4]);
+        assert!(p.cells.iter().all(|c| c.layout.volumes_on_disk() == 2));
     }
 
     #[test]

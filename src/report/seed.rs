@@ -1097,6 +1097,38 @@ mod tests {
         assert!(out.contains("Local PV (not measured)"), "{out}");
     }
 
+    /// lvm-vs-partition's systems are the two sides of one split disk; a run of the older
+    /// preset (a disk per layout) is still read, its rows marked.
+    #[test]
+    fn lvm_vs_partition_reads_the_split_disk_and_older_runs_with_a_note() {
+        use crate::cell::Layout;
+        let mut run = fixture_run();
+        let bonnie = run
+            .cells
+            .iter()
+            .find(|c| c.cell.workload.to_string() == "bonnie")
+            .unwrap()
+            .clone();
+        let on = |layout| {
+            let mut c = bonnie.clone();
+            c.cell.layout = layout;
+            c
+        };
+        for (part, lvm, older) in [
+            (Layout::SplitPartExt4, Layout::SplitLvmExt4, false),
+            (Layout::PartExt4, Layout::LvmExt4, true),
+        ] {
+            run.cells = vec![on(part), on(lvm)];
+            let out = against_(&run, "lvm-vs-partition", true).unwrap();
+            let v = verdicts(&out, "LVM gives 1.52x the partition's block write");
+            assert_eq!(v.len(), 1, "{out}");
+            let (a, b) = v[0].split_once(" vs ").unwrap();
+            assert!(a.ends_with(&format!("qemu/local/raw/{lvm}")), "{out}");
+            assert!(b.starts_with(&format!("qemu/local/raw/{part}")), "{out}");
+            assert_eq!(out.contains("(the older preset)"), older, "{out}");
+        }
+    }
+
     #[test]
     fn below_three_repeats_every_judged_pair_is_inconclusive() {
         // 2 real repeats of each cell.
@@ -1198,7 +1230,7 @@ mod tests {
             "{msg}"
         );
         assert!(
-            msg.contains("layout: run [\"raw\"], preset [\"part-ext4\",\"lvm-ext4\"]"),
+            msg.contains("layout: run [\"raw\"], preset [\"split-part-ext4\",\"split-lvm-ext4\"]"),
             "{msg}"
         );
         assert!(

@@ -186,6 +186,8 @@ pub fn layout_step(cell: &crate::cell::Cell) -> Option<vmbench_proto::Step> {
         Layout::PartExt4 => (Filesystem::Ext4, Volume::Partition),
         Layout::LvmExt4 => (Filesystem::Ext4, Volume::Lvm),
         Layout::LvmXfs => (Filesystem::Xfs, Volume::Lvm),
+        Layout::SplitPartExt4 => (Filesystem::Ext4, Volume::SplitPartition),
+        Layout::SplitLvmExt4 => (Filesystem::Ext4, Volume::SplitLvm),
     };
     Some(Step::Mkfs { fs, volume })
 }
@@ -460,6 +462,25 @@ mod layout_tests {
             "/dev/mapper/vmbench-test"
         );
         assert_eq!(super::mounted_device(["no such line"]), None);
+    }
+
+    #[test]
+    fn the_split_layouts_lay_ext4_on_their_own_side_of_one_split_disk() {
+        use crate::cell::{Cell, Layout};
+        use vmbench_proto::{Filesystem, Step, Volume};
+        let step = |layout| {
+            super::layout_step(&Cell {
+                layout,
+                ..Cell::default()
+            })
+        };
+        for (layout, volume) in [
+            (Layout::SplitPartExt4, Volume::SplitPartition),
+            (Layout::SplitLvmExt4, Volume::SplitLvm),
+        ] {
+            let fs = Filesystem::Ext4;
+            assert_eq!(step(layout), Some(Step::Mkfs { fs, volume }), "{layout}");
+        }
     }
 }
 

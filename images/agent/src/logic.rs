@@ -191,6 +191,11 @@ pub fn count_cpus(online: &str) -> u32 {
 /// First sector of the partition: 1 MiB in, as fdisk and parted align.
 pub const PARTITION_START_SECTOR: u32 = 2048;
 
+/// MBR partition type of a Linux filesystem.
+pub const TYPE_LINUX: u8 = 0x83;
+/// MBR partition type of an LVM physical volume.
+pub const TYPE_LINUX_LVM: u8 = 0x8e;
+
 /// An MBR with one primary Linux (0x83) partition from sector 2048 to the end of a disk of
 /// `sectors` 512-byte sectors (at most 2 TiB: MBR's limit), or why not.
 pub fn mbr_one_partition(sectors: u64) -> Result<[u8; 512], String> {
@@ -200,28 +205,61 @@ pub fn mbr_one_partition(sectors: u64) -> Result<[u8; 512], String> {
             "disk of {sectors} sectors is too small for a partition"
         ));
     }
-    let len = u32::try_from(sectors - start)
-        .map_err(|_| format!("disk of {sectors} sectors is beyond MBR's 2 TiB"))?;
-    let mut mbr = [0u8; 512];
-    mbr[440..444].copy_from_slice(&0x766d_6265u32.to_le_bytes()); // disk signature "vmbe"
-    let e = &mut mbr[446..462];
-    // Status 0 (not bootable); CHS fields say "use LBA" (0xfe 0xff 0xff), as modern tools do.
-    e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
-    e[4] = 0x83;
-    e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
-    e[8..12].copy_from_slice(&PARTITION_START_SECTOR.to_le_bytes());
-    e[12..16].copy_from_slice(&len.to_le_bytes());
-    mbr[510] = 0x55;
-    mbr[511] = 0xaa;
-    Ok(mbr)
+    let len = mbr_sectors(sectors, sectors - start)?;
+    Ok(mbr(&[(TYPE_LINUX, PARTITION_START_SECTOR, len)]))
 }
 
-/// The kernel's name for partition 1 of `disk` (`vda` -> `vda1`, `nvme0n1` -> `nvme0n1p1`).
-pub fn first_partition(disk: &str) -> String {
+/// An MBR with two primary partitions of the same size splitting a disk of `sectors` 512-byte
+/// sectors in halves: partition 1 (Linux, 0x83) from sector 2048, partition 2 (Linux LVM,
+/// 0x8e) right after it. Both start and size are whole MiB (2048 sectors), so the last MiB or
+/// two of the disk may be left over; at most 2 TiB (MBR's limit).
+pub fn mbr_two_partitions(sectors: u64) -> Result<[u8; 512], String> {
+    let start = u64::from(PARTITION_START_SECTOR);
+    let half = sectors.saturating_sub(start) / 2 / start * start;
+    if half < start {
+        return Err(format!(
+            "disk of {sectors} sectors is too small for two partitions"
+        ));
+    }
+    let len = mbr_sectors(sectors, half)?;
+    let second = mbr_sectors(sectors, start + half)?;
+    Ok(mbr(&[
+        (TYPE_LINUX, PARTITION_START_SECTOR, len),
+        (TYPE_LINUX_LVM, second, len),
+    ]))
+}
+
+/// A sector count or number as MBR stores it (32 bits), or why a disk of `sectors` is too big.
+fn mbr_sectors(sectors: u64, n: u64) -> Result<u32, String> {
+    u32::try_from(n).map_err(|_| format!("disk of {sectors} sectors is beyond MBR's 2 TiB"))
+}
+
+/// An MBR whose primary partitions are `parts` (type, first sector, sectors), in order.
+fn mbr(parts: &[(u8, u32, u32)]) -> [u8; 512] {
+    let mut mbr = [0u8; 512];
+    mbr[440..444].copy_from_slice(&0x766d_6265u32.to_le_bytes()); // disk signature "vmbe"
+    for (i, (kind, start, len)) in parts.iter().enumerate() {
+        let e = &mut mbr[446 + 16 * i..462 + 16 * i];
+        // Status 0 (not bootable); CHS fields say "use LBA" (0xfe 0xff 0xff), as modern tools
+        // do.
+        e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
+        e[4] = *kind;
+        e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
+        e[8..12].copy_from_slice(&start.to_le_bytes());
+        e[12..16].copy_from_slice(&len.to_le_bytes());
+    }
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    mbr
+}
+
+/// The kernel's name for partition `n` of `disk` (`vda`, 2 -> `vda2`; `nvme0n1`, 1 ->
+/// `nvme0n1p1`).
+pub fn partition_name(disk: &str, n: u32) -> String {
     if disk.ends_with(|c: char| c.is_ascii_digit()) {
-        format!("{disk}p1")
+        format!("{disk}p{n}")
     } else {
-        format!("{disk}1")
+        format!("{disk}{n}")
     }
 }
 
@@ -393,7 +431,48 @@ mod tests {
         assert!(mbr[462..510].iter().all(|b| *b == 0), "only one entry");
         assert!(mbr_one_partition(4096).is_err());
         assert!(mbr_one_partition(1 << 33).unwrap_err().contains("2 TiB"));
-        assert_eq!(first_partition("vda"), "vda1");
-        assert_eq!(first_partition("nvme0n1"), "nvme0n1p1");
+        assert_eq!(partition_name("vda", 1), "vda1");
+        assert_eq!(partition_name("nvme0n1", 1), "nvme0n1p1");
+    }
+
+    /// Type, first sector and sectors of MBR entry `i` (0-based).
+    fn entry(mbr: &[u8; 512], i: usize) -> (u8, u64, u64) {
+        let e = &mbr[446 + 16 * i..462 + 16 * i];
+        let u = |o: usize| u64::from(u32::from_le_bytes(e[o..o + 4].try_into().unwrap()));
+        (e[4], u(8), u(12))
+    }
+
+    #[test]
+    fn mbr_splits_the_disk_in_two_aligned_halves() {
+        // 1 GiB, and a size that is no whole number of MiB.
+        for sectors in [2 * 1024 * 1024, 2 * 1024 * 1024 + 12_345] {
+            let mbr = mbr_two_partitions(sectors).unwrap();
+            assert_eq!(&mbr[510..], &[0x55, 0xaa]);
+            let (t1, s1, l1) = entry(&mbr, 0);
+            let (t2, s2, l2) = entry(&mbr, 1);
+            assert_eq!((t1, t2), (0x83, 0x8e), "Linux, then Linux LVM");
+            assert_eq!(s1, 2048);
+            assert_eq!(l1, l2, "halves of one size");
+            assert_eq!(s2, s1 + l1, "partition 2 right after partition 1");
+            for n in [s1, l1, s2] {
+                assert_eq!(n % 2048, 0, "{n} is not on a MiB");
+            }
+            assert!(s2 + l2 <= sectors, "inside the disk");
+            assert!(
+                sectors - (s2 + l2) < 2 * 2048,
+                "at most the alignment left over"
+            );
+            assert!(mbr[478..510].iter().all(|b| *b == 0), "only two entries");
+        }
+        // 1 GiB less the first MiB, halved and rounded down to a MiB: 511 MiB each.
+        assert_eq!(
+            entry(&mbr_two_partitions(2 * 1024 * 1024).unwrap(), 0).2,
+            511 * 2048
+        );
+        assert!(mbr_two_partitions(4096).is_err());
+        assert!(mbr_two_partitions(6144).is_ok(), "two partitions of 1 MiB");
+        assert!(mbr_two_partitions(1 << 34).unwrap_err().contains("2 TiB"));
+        assert_eq!(partition_name("vda", 2), "vda2");
+        assert_eq!(partition_name("nvme0n1", 2), "nvme0n1p2");
     }
 }

@@ -96,6 +96,9 @@ fn run_step(job: u64, idx: u32, step: &Step, disk: &Disk, w: &Writer) -> Result<
                 Volume::Whole => disk.to_string(),
                 Volume::Partition => partition(disk)?,
                 Volume::Lvm => lvm_volume(disk)?,
+                Volume::SplitPartition | Volume::SplitLvm => {
+                    return mkfs_split(*fs, disk, *volume == Volume::SplitLvm)
+                }
             };
             mkfs(*fs, &target)
         }
@@ -143,23 +146,58 @@ fn write_proc(path: &str, value: &str) -> Result<(), String> {
 }
 
 fn mkfs(fs: Filesystem, disk: &str) -> Result<Outcome, String> {
-    let (prog, args, fstype): (&str, Vec<&str>, &str) = match fs {
-        Filesystem::Ext4 => ("mke2fs", vec!["-F", "-q", "-t", "ext4", disk], "ext4"),
-        Filesystem::Xfs => ("mkfs.xfs", vec!["-f", "-q", disk], "xfs"),
+    let made = make_fs(fs, disk)?;
+    if made.exit_code != 0 {
+        return Ok(made);
+    }
+    mount_made(fs, disk, &made.stderr_tail)
+}
+
+/// The split disk ([`Volume::SplitPartition`], [`Volume::SplitLvm`]): two partitions, a PV, VG
+/// and LV on partition 2, the filesystem made on partition 1 and on the LV, in that order,
+/// whichever side is measured, so both layouts leave the same disk; only the measured side
+/// (the LV when `on_lvm`) is mounted.
+fn mkfs_split(fs: Filesystem, disk: &str, on_lvm: bool) -> Result<Outcome, String> {
+    let (first, second) = split_partitions(disk)?;
+    let lv = lvm_volume(&second)?;
+    let mut tails = String::new();
+    for dev in [&first, &lv] {
+        let made = make_fs(fs, dev)?;
+        if made.exit_code != 0 {
+            return Ok(made);
+        }
+        if !made.stderr_tail.is_empty() {
+            tails.push_str(&made.stderr_tail);
+            tails.push('\n');
+        }
+    }
+    mount_made(fs, if on_lvm { &lv } else { &first }, &tails)
+}
+
+/// Runs the filesystem's mkfs on `disk`: a non-zero exit code is an outcome, not an error.
+fn make_fs(fs: Filesystem, disk: &str) -> Result<Outcome, String> {
+    let (prog, args): (&str, Vec<&str>) = match fs {
+        Filesystem::Ext4 => ("mke2fs", vec!["-F", "-q", "-t", "ext4", disk]),
+        Filesystem::Xfs => ("mkfs.xfs", vec!["-f", "-q", disk]),
     };
     let out = Command::new(prog)
         .args(&args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("starting {prog}: {e}"))?;
-    let tail = logic::tail_lines(&String::from_utf8_lossy(&out.stderr), TAIL_LINES);
-    let code = out.status.code().unwrap_or(-1);
-    if code != 0 {
-        return Ok(Outcome {
-            exit_code: code,
-            stderr_tail: tail,
-        });
-    }
+    Ok(Outcome {
+        exit_code: out.status.code().unwrap_or(-1),
+        stderr_tail: logic::tail_lines(&String::from_utf8_lossy(&out.stderr), TAIL_LINES),
+    })
+}
+
+/// Mounts the filesystem just made on `disk` on the test mountpoint; the outcome's tail is
+/// mkfs's `tail` and the line naming the device.
+fn mount_made(fs: Filesystem, disk: &str, tail: &str) -> Result<Outcome, String> {
+    let fstype = match fs {
+        Filesystem::Ext4 => "ext4",
+        Filesystem::Xfs => "xfs",
+    };
     sys::mount(disk, TEST_MOUNTPOINT, fstype, None).map_err(|e| e.to_string())?;
     // The host records this line: which device the filesystem went on.
     Ok(Outcome {
@@ -187,20 +225,36 @@ const MOUNTED_PREFIX: &str = "\nvmbench-agent: mounted ";
 /// Writes an MBR with one primary partition over `disk`, has the kernel re-read it and returns
 /// the partition's device path.
 fn partition(disk: &str) -> Result<String, String> {
-    use std::io::Write as _;
-    use std::os::fd::AsRawFd as _;
+    write_table(disk, &logic::mbr_one_partition(disk_sectors(disk)?)?)?;
+    partition_node(disk, 1)
+}
+
+/// Writes an MBR splitting `disk` in two primary partitions of one size (Linux, then Linux
+/// LVM), has the kernel re-read it and returns the two partitions' device paths.
+fn split_partitions(disk: &str) -> Result<(String, String), String> {
+    write_table(disk, &logic::mbr_two_partitions(disk_sectors(disk)?)?)?;
+    Ok((partition_node(disk, 1)?, partition_node(disk, 2)?))
+}
+
+/// The size of `disk` in 512-byte sectors, from sysfs.
+fn disk_sectors(disk: &str) -> Result<u64, String> {
     let name = disk.trim_start_matches("/dev/");
-    let sectors: u64 = std::fs::read_to_string(format!("/sys/block/{name}/size"))
+    std::fs::read_to_string(format!("/sys/block/{name}/size"))
         .map_err(|e| format!("size of {disk}: {e}"))?
         .trim()
         .parse()
-        .map_err(|e| format!("size of {disk}: {e}"))?;
-    let mbr = logic::mbr_one_partition(sectors)?;
+        .map_err(|e| format!("size of {disk}: {e}"))
+}
+
+/// Writes `mbr` as the first sector of `disk` and has the kernel re-read the partition table.
+fn write_table(disk: &str, mbr: &[u8; 512]) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(disk)
         .map_err(|e| format!("opening {disk}: {e}"))?;
-    f.write_all(&mbr)
+    f.write_all(mbr)
         .and_then(|()| f.sync_all())
         .map_err(|e| format!("writing the partition table of {disk}: {e}"))?;
     const BLKRRPART: libc::c_ulong = 0x125f;
@@ -211,8 +265,13 @@ fn partition(disk: &str) -> Result<String, String> {
             std::io::Error::last_os_error()
         ));
     }
-    drop(f);
-    let part_name = logic::first_partition(name);
+    Ok(())
+}
+
+/// The device path of partition `n` of `disk`, once the kernel knows it.
+fn partition_node(disk: &str, n: u32) -> Result<String, String> {
+    let name = disk.trim_start_matches("/dev/");
+    let part_name = logic::partition_name(name, n);
     let part = format!("/dev/{part_name}");
     // The kernel knows the partition once its sysfs entry exists; devtmpfs normally makes the
     // node too, but nothing else would (no udev), so make it from sysfs if it is missing.

@@ -217,12 +217,31 @@ pub enum Volume {
     Partition,
     /// An LVM logical volume over the whole disk (PV, VG, one LV; lvm2 in the guest).
     Lvm,
+    /// Partition 1 of a disk split in two: an MBR with two primary partitions of equal size,
+    /// partition 1 (Linux, 0x83) and partition 2 (Linux LVM, 0x8e) holding a PV, a VG and one
+    /// LV over all of it. The filesystem is made on partition 1 and on the LV, and only
+    /// partition 1's is mounted: the disk is laid out exactly as for [`Volume::SplitLvm`] (the
+    /// same partitions, the same LVM objects, a filesystem on each side; an unmounted
+    /// filesystem does no I/O), so the two measure the two sides of one layout.
+    SplitPartition,
+    /// The LV on partition 2 of the same split disk as [`Volume::SplitPartition`]: the same
+    /// partitions, LVM objects and filesystems, and only the LV's filesystem mounted.
+    SplitLvm,
 }
 
 impl Volume {
     /// Whether this is the default (kept off the wire for compatibility).
     pub fn is_whole(&self) -> bool {
         *self == Volume::Whole
+    }
+
+    /// Whether the guest runs lvm2 (and needs dm-mod) to lay this volume out; the host boots
+    /// the initramfs that holds them when it does.
+    pub fn uses_lvm(&self) -> bool {
+        match self {
+            Volume::Whole | Volume::Partition => false,
+            Volume::Lvm | Volume::SplitPartition | Volume::SplitLvm => true,
+        }
     }
 }
 
@@ -497,5 +516,24 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn split_volumes_are_snake_case_on_the_wire() {
+        for (volume, name) in [
+            (Volume::SplitPartition, "split_partition"),
+            (Volume::SplitLvm, "split_lvm"),
+        ] {
+            let step = Step::Mkfs {
+                fs: Filesystem::Ext4,
+                volume,
+            };
+            let text = format!(r#"{{"step":"mkfs","fs":"ext4","volume":"{name}"}}"#);
+            assert_eq!(serde_json::to_string(&step).unwrap(), text);
+            assert_eq!(serde_json::from_str::<Step>(&text).unwrap(), step);
+            assert!(volume.uses_lvm(), "{name}");
+        }
+        assert!(Volume::Lvm.uses_lvm());
+        assert!(!Volume::Whole.uses_lvm() && !Volume::Partition.uses_lvm());
     }
 }
