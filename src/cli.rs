@@ -184,8 +184,8 @@ pub struct MatrixArgs {
     /// No per-second fio logs (no time series in reports, no within-run stability figure).
     #[arg(long)]
     pub no_time_series: bool,
-    /// Per-second bandwidth and IOPS logs, but no latency log (fio accounts every I/O into it,
-    /// which slows a TCG guest's job; the job's mean and percentile latencies stay).
+    /// Per-second bandwidth and IOPS logs, but no latency log (fio accounts every I/O into it;
+    /// the job's mean and percentile latencies stay).
     #[arg(long)]
     pub no_latency_series: bool,
     /// The closing table shows every metric, not only the headline rows.

@@ -251,21 +251,14 @@ fn unreachable_libvirt_is_a_clear_unsupported_reason() {
 #[ignore = "host: root libvirtd qemu"]
 fn fidelity_rounds_run_inside_the_cells_one_boot() {
     let s = Scratch::new();
-    let out = s.matrix_with(&[
+    // The CI sizes with 2 s jobs (a later flag overrides an earlier one).
+    let out = s.matrix(&[
         "--backend",
         "local",
         "--format",
         "raw",
         "--runtime",
         "2",
-        "--ramp",
-        "1",
-        "--size",
-        "32M",
-        "--disk-mib",
-        "128",
-        "--memory",
-        "384",
         "--no-probe",
         "--fidelity-pairs",
         "2",

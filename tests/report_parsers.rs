@@ -285,9 +285,11 @@ fn job_text_rendering_and_user_job_checks() {
     let t = fio::render_preset(vmbench::workload::PG_RANDRW, 3, 1, "64M");
     assert!(t.contains("runtime=3\n") && t.contains("ramp_time=1\n") && t.contains("size=64M\n"));
     assert!(t.contains("filename={disk}"));
-    let with = fio::with_log_options(&t, "pg");
+    let with = fio::with_log_options(&t, &fio::log_options("pg", true));
     assert!(with.starts_with("[global]\nwrite_bw_log=pg\n"));
-    assert!(with.contains("log_avg_msec=1000\n"));
+    assert!(with.contains("write_lat_log=pg\n") && with.contains("log_avg_msec=1000\n"));
+    let rates = fio::with_log_options(&t, &fio::log_options("pg", false));
+    assert!(rates.contains("write_iops_log=pg\n") && !rates.contains("write_lat_log"));
 
     let e = fio::check_user_job("[global]\nbs=4k\n\n[j]\n  filename = /etc/passwd\n").unwrap_err();
     let msg = e.to_string();

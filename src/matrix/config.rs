@@ -70,8 +70,8 @@ pub struct MatrixConfig {
     pub time_series: bool,
     /// With `time_series`, fio's per-second latency logs too (the latency time series; the
     /// job's mean and percentiles come from its summary either way). fio accounts every I/O
-    /// into them, which slows a CPU-bound (TCG) guest's job measurably, unlike the bandwidth
-    /// and IOPS logs: README, "What measuring costs". Default true.
+    /// into them, unlike the bandwidth and IOPS logs, so they are the one instrument whose work
+    /// grows with the I/O rate; README, "What measuring costs". Default true.
     pub latency_series: bool,
     /// The guest streams fio's once-a-second status line for the live IOPS display. Default
     /// true.

@@ -856,8 +856,8 @@ pub fn render_preset(job: &str, runtime_s: u32, ramp_s: u32, size: &str) -> Stri
 /// The `[global]` lines that make fio write per-second bandwidth, IOPS and (with `latency`)
 /// latency logs named `PREFIX_{bw,iops,lat,clat,slat}.N.log`. Characters that could break the
 /// job file are replaced. fio takes the bandwidth and IOPS samples once per interval but
-/// accounts every I/O into the latency logs (three of them), which is what they cost a
-/// CPU-bound guest (`scripts/bench-fidelity --in-boot` with `VARIANTS=all`).
+/// accounts every I/O into the latency logs (three of them): the one instrument whose work grows
+/// with the I/O rate. What each costs: `scripts/bench-fidelity --in-boot` with `VARIANTS=all`.
 pub fn log_options(prefix: &str, latency: bool) -> String {
     let p: String = prefix
         .chars()
