@@ -87,14 +87,11 @@ impl Scratch {
         self.dir.path().join("db.sqlite")
     }
 
-    /// `vmbench matrix` with this scratch's dirs and short, CI-sized defaults, plus `args`. One
-    /// vCPU: the presets' jobs run one fio thread, and on a 2-CPU host two tests' 2-vCPU TCG
-    /// guests fight over the CPUs (a one-cell matrix's wall time 0.91x, boot to hello 0.86x;
-    /// `scripts/bench-boot --ab`, 4 pairs).
+    /// `vmbench matrix` with this scratch's dirs and short, CI-sized defaults, plus `args`.
+    /// (One vCPU was tried: a one-cell matrix's wall time 0.91x, but in a fresh-clone run the
+    /// in-run A/B's uncapped side had a 49% CV, too noisy for its verdict.)
     pub fn matrix_cmd(&self, args: &[&str]) -> Command {
         let sizes = [
-            "--vcpus",
-            "1",
             "--runtime",
             "4",
             "--ramp",
