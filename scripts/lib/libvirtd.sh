@@ -20,6 +20,10 @@ close_fds() {
     done
 }
 
+# Where this machine's libvirtd (started here, under tini) logs: libvirt's own warnings and
+# errors, and (in LIBVIRTD_LOG.stderr) its and tini's standard error.
+LIBVIRTD_LOG=/var/log/libvirt/vmbench-libvirtd.log
+
 # libvirtd_daemon [PREFIX...] -- [LIBVIRTD-ARG...]: starts libvirtd as a daemon with the given
 # arguments; PREFIX is a command that runs it elsewhere (host2's `in_ns`), or nothing.
 libvirtd_daemon() {
@@ -36,8 +40,11 @@ libvirtd_daemon() {
             close_fds
             # exec: no shell left waiting beside the daemon; PREFIX may be a shell function,
             # which exec cannot run.
+            # This machine's daemon keeps its warnings and errors, and whatever tini says when it
+            # dies, in LIBVIRTD_LOG*: scripts/test prints their tails if it is gone after a run.
             if [ ${#prefix[@]} -eq 0 ]; then
-                exec setsid tini -s -- libvirtd "$@" </dev/null >/dev/null 2>&1
+                LIBVIRT_LOG_OUTPUTS="3:file:$LIBVIRTD_LOG" \
+                    exec setsid tini -s -- libvirtd "$@" </dev/null >/dev/null 2>>"$LIBVIRTD_LOG.stderr"
             fi
             "${prefix[@]}" setsid tini -s -- libvirtd "$@" </dev/null >/dev/null 2>&1
         ) &
