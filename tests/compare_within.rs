@@ -65,7 +65,7 @@ fn rows_with(v: &serde_json::Value, verdict: &str) -> Vec<String> {
 fn one_run_two_builds_an_aa_pair_passes_and_a_capped_side_fails() {
     let s = Scratch::new();
     let emulators = format!("a={QEMU},b={QEMU},c={QEMU}");
-    let out = s.matrix(&[
+    let out = s.matrix_warm(&[
         "--hypervisor",
         "qemu",
         "--backend",

@@ -43,7 +43,7 @@ fn net_leftovers(s: &Scratch) -> Vec<String> {
 #[ignore = "host: root libvirtd qemu ganesha"]
 fn a_100mbit_link_caps_nfs_reads_and_loopback_is_faster() {
     let s = Scratch::new();
-    let out = s.matrix(&[
+    let out = s.matrix_warm(&[
         "--backend",
         "nfs",
         "--format",
@@ -106,7 +106,7 @@ fn a_100mbit_link_caps_writes_and_iscsi_reads() {
             "--link",
             "100mbit",
         ];
-        assert_eq!(s.matrix(&args).status.code(), Some(0), "{args:?}");
+        assert_eq!(s.matrix_warm(&args).status.code(), Some(0), "{args:?}");
         let (_, rec) = s.run_record();
         s.assert_no_leftovers();
         assert_eq!(net_leftovers(&s), Vec::<String>::new());

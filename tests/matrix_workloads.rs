@@ -68,8 +68,8 @@ fn assert_qmp_matches_fio(c: &CellResult) {
     }
 }
 
-/// `vmbench matrix` with tests/common's CI timings but this test's disk and memory sizes
-/// (clap takes each flag once, so `Scratch::matrix`'s defaults cannot be overridden).
+/// `vmbench matrix` with tests/common's CI timings (the 1 s ramp kept) but this test's disk and
+/// memory sizes.
 fn matrix_sized(s: &Scratch, sizes: &[&str], args: &[&str]) -> std::process::Output {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
         .arg("matrix")

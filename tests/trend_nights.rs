@@ -36,7 +36,7 @@ fn night(s: &Scratch, extra: &[&str]) -> String {
         "1",
     ];
     args.extend_from_slice(extra);
-    let out = s.matrix(&args);
+    let out = s.matrix_warm(&args);
     assert_eq!(out.status.code(), Some(0), "matrix {args:?}");
     let id = s
         .run_ids()
