@@ -201,10 +201,16 @@ dimension!(
 );
 
 impl Layout {
-    /// The smallest disk, in MiB, its filesystem can be made on: mkfs.xfs (xfsprogs 6) refuses
-    /// a filesystem under 300 MB; `None` where any disk the matrix allows will do.
+    /// The smallest disk (`disk_mib`, one side of a split disk), in MiB, its filesystem can be
+    /// made on: mkfs.xfs (xfsprogs 6) refuses a filesystem under 300 MB; an LV needs the PV's
+    /// metadata (1 MiB) and whole 4 MiB extents, and a split side under about 8 MiB failed in
+    /// the guest, so the LVM and split layouts ask for 16. `None` where any disk will do.
     pub fn min_disk_mib(self) -> Option<u64> {
-        matches!(self, Layout::Xfs | Layout::LvmXfs).then_some(300)
+        match self {
+            Layout::Xfs | Layout::LvmXfs => Some(300),
+            Layout::LvmExt4 | Layout::SplitPartExt4 | Layout::SplitLvmExt4 => Some(16),
+            Layout::Raw | Layout::Ext4 | Layout::PartExt4 => None,
+        }
     }
 
     /// Whether the engine sees a mounted filesystem (everything but `raw`).

@@ -618,6 +618,7 @@ pub fn matrix_config(a: &MatrixArgs) -> Result<MatrixConfig, CliError> {
     run_settings(&mut c, a);
     hosts_and_rules(&mut c, a)?;
     storage_options(&mut c.storage, a)?;
+    fidelity(&mut c, a)?;
     test_hooks(&mut c, a)?;
     if a.preset.is_some() {
         // A preset's block system needs a device the user names; without one it is listed as
@@ -793,7 +794,6 @@ fn parse_links(s: &str) -> Result<Vec<crate::cell::Link>, CliError> {
 }
 
 fn test_hooks(c: &mut MatrixConfig, a: &MatrixArgs) -> Result<(), CliError> {
-    fidelity(c, a)?;
     for f in &a.inject_fault {
         c.test_hooks.faults.push(
             f.parse()

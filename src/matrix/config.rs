@@ -966,6 +966,25 @@ mod tests {
     }
 
     #[test]
+    fn lvm_and_split_layouts_need_a_16_mib_side() {
+        for l in ["lvm-ext4", "split-part-ext4", "split-lvm-ext4"] {
+            let e = parse(&format!("layout = [\"{l}\"]\ndisk_mib = 15\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("layout {l} needs a disk of at least 16 MiB")),
+                "{e}"
+            );
+            parse(&format!("layout = [\"{l}\"]\ndisk_mib = 16\n"))
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
+    }
+
+    #[test]
     fn cap_only_caps_the_matching_cells_and_needs_a_limit() {
         let c = parse("iops_limit = 150\n[cap_only]\nemulator = \"b\"\n").unwrap();
         c.validate().unwrap();
