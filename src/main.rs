@@ -150,8 +150,10 @@ async fn cmd_matrix(a: cli::MatrixArgs) -> Result<i32, CliError> {
         return Ok(0);
     }
     let opts = RunOptions {
-        runs_root: a.runs_dir.clone(),
-        work_root: a.work_dir.clone(),
+        // Absolute: the paths in a run's domain XML, pools and server configs are resolved by
+        // libvirtd and the servers, not in our cwd (a relative --work-dir failed every cell).
+        runs_root: absolute("--runs-dir", &a.runs_dir)?,
+        work_root: absolute("--work-dir", &a.work_dir)?,
         resume: a.resume.clone(),
         image: image_request(&a.image),
         db: db_path(&a.db),
@@ -244,6 +246,11 @@ fn report_finished_run(summary: &runner::FinishedRun, table: report::MetricSet) 
     } else {
         0
     }
+}
+
+/// `path` made absolute against the cwd, without touching the filesystem.
+fn absolute(flag: &str, path: &Path) -> Result<PathBuf, CliError> {
+    std::path::absolute(path).map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
 }
 
 fn saved_config(dir: &Path) -> Result<vmbench::matrix::config::MatrixConfig, CliError> {
