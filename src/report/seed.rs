@@ -415,11 +415,25 @@ fn why_not_measured(sys: &SeedSystem, run: &RunRecord) -> String {
     if reasons.is_empty() {
         return format!("this run has no cell for it ({})", sys.maps_to);
     }
-    reasons
+    let mut parts: Vec<String> = reasons
         .into_iter()
         .map(|(why, labels)| format!("{}: {why}", labels.join(", ")))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .collect();
+    // The alternatives the run has no cell for (its matrix left them out): else the reasons
+    // above would read as the whole story (kvm cannot boot, when the qemu cells were excluded).
+    let absent: Vec<String> = (sys.cells.iter())
+        .filter(|alt| !(run.cells.iter()).any(|r| crate::matrix::rule_matches(&alt.dims, &r.cell)))
+        .map(|alt| {
+            (alt.dims.iter())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    if !absent.is_empty() {
+        parts.push(format!("no cell in this run for {}", absent.join(" nor ")));
+    }
+    parts.join("; ")
 }
 
 /// The numbers of a metric over the repeats (bonnie++'s `+++++` has none).
@@ -1273,7 +1287,8 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("'kvm-guest-iscsi': kvm/iscsi/qcow2/ext4/1gbit: failed: boot: no hello\n"),
+            out.contains("'kvm-guest-iscsi': kvm/iscsi/qcow2/ext4/1gbit: failed: boot: no hello; no cell in \
+             this run for backend=iscsi,hypervisor=qemu,workload=bonnie\n"),
             "{out}"
         );
         assert!(!out.contains("console tail: [ 0.1]"), "{out}");
@@ -1314,7 +1329,8 @@ mod tests {
         assert_eq!(v, vec!["    [not measured here] no passed cell for 'localdisk-on-nfs-server-cloudtest3', nor for 'Xen-guest-via-nfs-tapaio'"], "{out}");
         assert!(
             out.contains(&format!(
-                "'localdisk-on-nfs-server-cloudtest3': kvm/local/qcow2/ext4: {kvm}\n"
+                "'localdisk-on-nfs-server-cloudtest3': kvm/local/qcow2/ext4: {kvm}; no cell in this \
+             run for backend=local,hypervisor=qemu,workload=bonnie\n"
             )),
             "{out}"
         );
