@@ -227,11 +227,11 @@ fn the_lvm_vs_partition_preset_runs_and_every_conclusion_is_judged_or_says_why_n
 /// 1 repeat instead of 3, and of the 10 qemu cells (a bonnie++ cell is ~45 s here) the two of
 /// one like-for-like pair run: local and NFS over the 1 Gbit link, qcow2 (`--exclude` qemu's
 /// raw, iSCSI and 100 Mbit cells: the 100 Mbit one alone moves bonnie++'s 256 MiB over 12.5
-/// MB/s five times, minutes). So "local above NFS over 1 Gbit" is judged `inconclusive (n = 1 <
-/// 3)`; a conclusion on a Xen system says Xen cannot run it here and why; one on iSCSI or the
-/// 100 Mbit link names the KVM probe's reason and that the run has no qemu cell for it. Host rows
-/// (bonnie++ on a host itself) are not asserted on: only that whatever the table holds is
-/// judged or says why not.
+/// MB/s in several passes, minutes). So "local above NFS over 1 Gbit" is judged `inconclusive
+/// (n = 1 < 3)`; a conclusion on a Xen system says Xen cannot run it here and why; one on iSCSI
+/// or the 100 Mbit link names the KVM probe's reason and that the run has no qemu cell for it.
+/// Host rows (bonnie++ on a host itself) are not asserted on: only that whatever the table
+/// holds is judged or says why not.
 #[test]
 #[ignore = "host: root libvirtd qemu ganesha"]
 fn the_xen_kvm_preset_runs_and_every_conclusion_is_judged_or_says_why_not() {
