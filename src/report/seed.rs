@@ -341,10 +341,13 @@ struct Row<'a> {
     note: Option<String>,
 }
 
-/// A system's measured cells and the rule that found them.
+/// A system's measured cells and the rule that found them; without any, why not.
 struct Measured<'a> {
     rule: Option<&'a CellRule>,
     rows: Vec<Row<'a>>,
+    /// Why the system has no passed cell in the run (see [`why_not_measured`]); empty when it
+    /// has one.
+    why_not: String,
 }
 
 /// The cells of `run` a system maps to: the first alternative with passed cells.
@@ -368,13 +371,69 @@ fn measure<'a>(sys: &'a SeedSystem, run: &'a RunRecord) -> Measured<'a> {
             return Measured {
                 rule: Some(alt),
                 rows,
+                why_not: String::new(),
             };
         }
     }
     Measured {
         rule: None,
         rows: vec![],
+        why_not: why_not_measured(sys, run),
     }
+}
+
+/// Why a system has no passed cell in `run`, in one line: the seed's own reason for a system
+/// vmbench cannot measure; else what became of the run's cells it maps to (unsupported on this
+/// host, skipped, failed: each distinct reason once, with its cells); else that the run has no
+/// such cell (its matrix left it out).
+fn why_not_measured(sys: &SeedSystem, run: &RunRecord) -> String {
+    if let Some(why) = &sys.not_measured {
+        return format!("not measured here: {why}");
+    }
+    // Each distinct reason with the labels of the cells that gave it, in the run's order.
+    let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
+    let tried = run.cells.iter().filter(|r| {
+        r.outcome != Outcome::Passed
+            && (sys.cells.iter()).any(|alt| crate::matrix::rule_matches(&alt.dims, &r.cell))
+    });
+    for r in tried {
+        let reason = match &r.outcome {
+            Outcome::Passed => continue,
+            Outcome::Unsupported(why) => why.clone(),
+            Outcome::Skipped(why) => format!("skipped: {why}"),
+            Outcome::Failed(why) => format!("failed: {why}"),
+        };
+        // The first line: a failure's console tail follows on the next ones.
+        let reason = reason.lines().next().unwrap_or_default().trim().to_string();
+        let label = r.cell.label();
+        match reasons.iter_mut().find(|(w, _)| *w == reason) {
+            Some((_, labels)) if !labels.contains(&label) => labels.push(label),
+            Some(_) => {}
+            None => reasons.push((reason, vec![label])),
+        }
+    }
+    if reasons.is_empty() {
+        return format!("this run has no cell for it ({})", sys.maps_to);
+    }
+    let mut parts: Vec<String> = reasons
+        .into_iter()
+        .map(|(why, labels)| format!("{}: {why}", labels.join(", ")))
+        .collect();
+    // The alternatives the run has no cell for (its matrix left them out): else the reasons
+    // above would read as the whole story (kvm cannot boot, when the qemu cells were excluded).
+    let absent: Vec<String> = (sys.cells.iter())
+        .filter(|alt| !(run.cells.iter()).any(|r| crate::matrix::rule_matches(&alt.dims, &r.cell)))
+        .map(|alt| {
+            (alt.dims.iter())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    if !absent.is_empty() {
+        parts.push(format!("no cell in this run for {}", absent.join(" nor ")));
+    }
+    parts.join("; ")
 }
 
 /// The numbers of a metric over the repeats (bonnie++'s `+++++` has none).
@@ -551,6 +610,23 @@ fn miss(p: f64, (lo, hi): (f64, f64), ci: &RatioCi) -> &'static str {
     }
 }
 
+/// The verdict of a conclusion a side of which has no passed cell: each such side named, with
+/// the reason the run gives, one line each.
+fn not_measured(sides: &[(&str, &Measured<'_>)]) -> Judged {
+    let missing: Vec<&(&str, &Measured<'_>)> =
+        sides.iter().filter(|(_, m)| m.rule.is_none()).collect();
+    let names: Vec<String> = missing.iter().map(|(n, _)| format!("'{n}'")).collect();
+    Judged {
+        verdict: Verdict::NotMeasured,
+        pair: format!("no passed cell for {}", names.join(", nor for ")),
+        detail: missing
+            .iter()
+            .map(|(n, m)| format!("'{n}': {}", m.why_not))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
 /// Every like-for-like pair of a conclusion, judged; or one line saying what is missing.
 fn judge_conclusion(
     seed: &SeedTable,
@@ -561,12 +637,7 @@ fn judge_conclusion(
     let published = seed.published_ratio(&c.check).map(|(r, _, _)| r);
     let (ma, mb) = (&measured[a], &measured[b]);
     let (Some(ra), Some(rb)) = (ma.rule, mb.rule) else {
-        let missing = if ma.rule.is_none() { a } else { b };
-        return vec![Judged {
-            verdict: Verdict::NotMeasured,
-            pair: format!("no passed cell for '{missing}'"),
-            detail: String::new(),
-        }];
+        return vec![not_measured(&[(a, ma), (b, mb)])];
     };
     let apart = contrast(ra, rb);
     let mut out = Vec::new();
@@ -895,7 +966,10 @@ fn push_systems(out: &mut String, seed: &SeedTable, measured: &BTreeMap<&str, Me
             (Some(of), _) => format!("a further published run of {of}: here, its repeats"),
             (None, Some(why)) => format!("not measured here: {why}"),
             (None, None) if measured[s.label.as_str()].rows.is_empty() => {
-                "not measured in this run".into()
+                format!(
+                    "not measured in this run: {}",
+                    measured[s.label.as_str()].why_not
+                )
             }
             (None, None) => "measured".into(),
         };
@@ -915,8 +989,8 @@ fn push_conclusions(out: &mut String, seed: &SeedTable, measured: &BTreeMap<&str
         let _ = writeln!(out, "  {}", c.text);
         for j in judge_conclusion(seed, c, measured) {
             let _ = writeln!(out, "    [{}] {}", j.verdict, j.pair);
-            if !j.detail.is_empty() {
-                let _ = writeln!(out, "        {}", j.detail);
+            for line in j.detail.lines() {
+                let _ = writeln!(out, "        {line}");
             }
         }
     }
@@ -1127,6 +1201,154 @@ mod tests {
             assert!(b.starts_with(&format!("qemu/local/raw/{part}")), "{out}");
             assert_eq!(out.contains("(the older preset)"), older, "{out}");
         }
+    }
+
+    const KVM_NO_BOOT: &str =
+        "unsupported on this host: kvm: probe boot failed: the guest never said hello";
+
+    /// A real bonnie++ cell as the xen-kvm preset's cells: Xen skipped (nfs) and unsupported
+    /// (local), KVM unsupported (nfs, local) and failed (iscsi), qemu passed (nfs 1 Gbit, local).
+    fn xen_kvm_run() -> RunRecord {
+        use crate::results::Outcome;
+        let mut run = fixture_run();
+        let bonnie = run
+            .cells
+            .iter()
+            .find(|c| c.cell.workload.to_string() == "bonnie")
+            .unwrap()
+            .clone();
+        let cell = |hv: Hypervisor, backend: Backend, link: &str, outcome: Outcome| {
+            let mut c = bonnie.clone();
+            c.cell.hypervisor = hv;
+            c.cell.backend = backend;
+            c.cell.format = Format::Qcow2;
+            c.cell.layout = crate::cell::Layout::Ext4;
+            c.cell.link = link.parse::<Link>().unwrap();
+            c.outcome = outcome;
+            c
+        };
+        let xen = "unsupported on this host: xen: cannot connect to libvirt at xen:///system";
+        run.cells = vec![
+            cell(
+                Hypervisor::Xen,
+                Backend::Nfs,
+                "1gbit",
+                Outcome::Skipped("xen: Xen (libxl) cannot open an nfs:// network disk".into()),
+            ),
+            cell(
+                Hypervisor::Xen,
+                Backend::Local,
+                "loopback",
+                Outcome::Unsupported(xen.into()),
+            ),
+            cell(
+                Hypervisor::Kvm,
+                Backend::Nfs,
+                "1gbit",
+                Outcome::Unsupported(KVM_NO_BOOT.into()),
+            ),
+            cell(
+                Hypervisor::Kvm,
+                Backend::Local,
+                "loopback",
+                Outcome::Unsupported(KVM_NO_BOOT.into()),
+            ),
+            cell(Hypervisor::Qemu, Backend::Nfs, "1gbit", Outcome::Passed),
+            cell(
+                Hypervisor::Qemu,
+                Backend::Local,
+                "loopback",
+                Outcome::Passed,
+            ),
+            // A second repeat failed, with a console tail on the lines after the reason.
+            cell(
+                Hypervisor::Kvm,
+                Backend::Iscsi,
+                "1gbit",
+                Outcome::Failed("boot: no hello\nconsole tail: [ 0.1] ...".into()),
+            ),
+        ];
+        run
+    }
+
+    /// A system without a passed cell says why: its cells' outcomes in this run (unsupported,
+    /// skipped, failed: each reason once, first line only), or that the run has no cell for it.
+    #[test]
+    fn a_system_without_a_passed_cell_says_why_from_the_run() {
+        let out = against_(&xen_kvm_run(), "xen-kvm-nfs-iscsi-local", true).unwrap();
+        let v = verdicts(
+            &out,
+            "KVM with NFS runs significantly better than Xen with NFS",
+        );
+        assert_eq!(
+            v,
+            vec!["    [not measured here] no passed cell for 'Xen-guest-via-nfs-tapaio'"],
+            "{out}"
+        );
+        assert!(
+            out.contains("        'Xen-guest-via-nfs-tapaio': xen/nfs/qcow2/ext4/1gbit: skipped: xen: Xen (libxl) cannot open an nfs:// network disk\n"),
+            "{out}"
+        );
+        // The iSCSI system's only cell failed: the reason's first line, not its console tail.
+        let v = verdicts(&out, "KVM over iSCSI performs better than KVM over NFS");
+        assert_eq!(
+            v,
+            vec!["    [not measured here] no passed cell for 'kvm-guest-iscsi'"],
+            "{out}"
+        );
+        assert!(
+            out.contains("'kvm-guest-iscsi': kvm/iscsi/qcow2/ext4/1gbit: failed: boot: no hello; no cell in \
+             this run for backend=iscsi,hypervisor=qemu,workload=bonnie\n"),
+            "{out}"
+        );
+        assert!(!out.contains("console tail: [ 0.1]"), "{out}");
+        // The 100 Mbit system has no cell in this run at all: said so, with what it maps to.
+        let v = verdicts(&out, "KVM over NFS on 100 Mbit is slower than on 1 Gbit");
+        assert_eq!(v.len(), 1, "{out}");
+        assert!(
+            out.contains("'kvm-guest-nfs-qcow-100mb': this run has no cell for it (kvm guest, qcow2 on nfs over a 100 Mbit link (--link 100mbit))"),
+            "{out}"
+        );
+        // The systems list gives the same reasons; a reason shared by cells is said once.
+        assert!(
+            out.contains(
+                "xen-guest-via-iscsi: xen guest, iscsi LUN over a 1 Gbit link — not measured in \
+                 this run: this run has no cell for it"
+            ),
+            "{out}"
+        );
+        // The measured pair is judged, and only once.
+        let v = verdicts(
+            &out,
+            "Local storage is fastest (block write): above kvm-guest-nfs-1gb-net",
+        );
+        assert_eq!(v.len(), 1, "{out}");
+        assert!(
+            v[0].contains(
+                "[inconclusive (n = 1 < 3)] qemu/local/qcow2/ext4 vs qemu/nfs/qcow2/ext4/1gbit"
+            ),
+            "{out}"
+        );
+    }
+
+    /// Both sides missing: both named, each with its reason on a line of its own.
+    #[test]
+    fn both_missing_sides_are_named_each_with_its_reason() {
+        let mut run = xen_kvm_run();
+        run.cells.retain(|c| c.cell.hypervisor != Hypervisor::Qemu);
+        let out = against_(&run, "xen-kvm-nfs-iscsi-local", true).unwrap();
+        let v = verdicts(
+            &out,
+            "Local storage is fastest (block write): above Xen-guest-via-nfs-tapaio",
+        );
+        assert_eq!(v, vec!["    [not measured here] no passed cell for 'localdisk-on-nfs-server-cloudtest3', nor for 'Xen-guest-via-nfs-tapaio'"], "{out}");
+        assert!(
+            out.contains(&format!(
+                "'localdisk-on-nfs-server-cloudtest3': kvm/local/qcow2/ext4: {KVM_NO_BOOT}; no cell in this \
+             run for backend=local,hypervisor=qemu,workload=bonnie\n"
+            )),
+            "{out}"
+        );
     }
 
     #[test]
