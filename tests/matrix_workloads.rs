@@ -1,17 +1,12 @@
 //! Issue 5's workloads and measurements on real cells (libvirtd, QEMU under TCG, the vmbench
-//! guest): bonnie++, a user fio job file, the xfs layout, the host baseline, QMP block stats
-//! against fio's own counts, and the provenance of every passed result.
+//! guest): a user fio job file, the xfs layout, the host baseline, QMP block stats against fio's
+//! own counts, and the provenance of every passed result. bonnie++'s columns are checked on the
+//! lvm-vs-partition preset's cells (tests/seed_presets.rs), which run it anyway.
 use crate::common;
 use common::*;
-use vmbench::results::{CellResult, Value};
+use vmbench::results::CellResult;
 
 const USER_JOB: &str = "tests/fixtures/jobs/user-randrw.fio";
-
-fn value<'a>(c: &'a CellResult, key: &str) -> &'a Value {
-    &c.metric(key)
-        .unwrap_or_else(|| panic!("{}: no metric {key}", c.cell_id))
-        .value
-}
 
 /// Every field a passed result must carry to be comparable with another.
 fn assert_provenance(c: &CellResult) {
@@ -88,95 +83,6 @@ fn matrix_sized(s: &Scratch, sizes: &[&str], args: &[&str]) -> std::process::Out
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-#[test]
-#[ignore = "host: root libvirtd qemu"]
-fn bonnie_cell_parses_every_column_and_prints_the_seed_table() {
-    let s = Scratch::new();
-    // bonnie++ writes twice the guest RAM: the smallest guest (128 MiB) keeps -s at 256 MiB.
-    // On ext4 on an LVM volume made in the guest, the seed lvm-vs-partition's experiment: the
-    // one bonnie++ cell of the suite (tests/guest_layouts.rs mounts every layout with fio; the
-    // layout step does not depend on the workload after it). Without --layout bonnie++ gets ext4
-    // on the whole disk (matrix::tests::bonnie_gets_a_filesystem).
-    let out = matrix_sized(
-        &s,
-        &["--disk-mib", "512", "--memory", "128"],
-        &[
-            "--backend",
-            "local",
-            "--format",
-            "raw",
-            "--workload",
-            "bonnie",
-            "--layout",
-            "lvm-ext4",
-            "--bonnie-files",
-            "1",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0));
-    let (_, rec) = s.run_record();
-    let c = &rec.cells[0];
-    assert!(passed(c), "{:?}", c.outcome);
-    assert_eq!(c.cell.layout, vmbench::cell::Layout::LvmExt4);
-    assert_eq!(
-        c.params.get("guest_mounted_device").map(String::as_str),
-        Some("/dev/mapper/vmbench-test"),
-        "bonnie++ ran on the LVM volume: {:?}",
-        c.params
-    );
-    assert_eq!(
-        num(c, "file_size_mib"),
-        256.0,
-        "-s is twice -r (the guest RAM)"
-    );
-    assert!(num(c, "seq_out_block_kps") > 0.0);
-    assert!(
-        num(c, "seq_out_char_kps") > 0.0,
-        "per-char tests ran (no -f)"
-    );
-    assert!(num(c, "random_seeks_ps") > 0.0);
-    // Where bonnie++ printed +++++ the value is TooFast, never a number.
-    let csv = std::fs::read_to_string(cell_dir(&s, 0).join("bonnie.txt")).unwrap();
-    let line = vmbench::workload::bonnie::find_csv_line(&csv).unwrap();
-    let fields: Vec<&str> = line.split(',').collect();
-    let mut too_fast = 0;
-    // Format 1.98: the six file operations' rates are fields 26, 28 ... 36.
-    for (i, key) in [
-        "seq_create",
-        "seq_read",
-        "seq_delete",
-        "random_create",
-        "random_read",
-        "random_delete",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let plus = fields[26 + 2 * i] == "+++++";
-        let v = value(c, &format!("{key}_ps"));
-        assert_eq!(plus, v == &Value::TooFast, "{key}: {v:?} in {line}");
-        too_fast += plus as u32;
-    }
-    assert!(
-        too_fast > 0,
-        "bonnie++ printed no +++++ with 1024 files: {line}"
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("+++++"));
-    let args = std::fs::read_to_string(cell_dir(&s, 0).join("bonnie.args")).unwrap();
-    assert!(!args.lines().any(|a| a == "-f"), "{args}");
-    assert_provenance(c);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    for head in [
-        "Seq Output Per Chr",
-        "Random Seeks",
-        "Seq Create",
-        "qemu/local/raw/lvm-ext4",
-    ] {
-        assert!(stdout.contains(head), "{head} missing from\n{stdout}");
-    }
-    s.assert_no_leftovers();
 }
 
 #[test]

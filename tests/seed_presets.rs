@@ -131,6 +131,52 @@ fn the_longhorn_preset_runs_and_every_conclusion_is_judged_or_says_why_not() {
 /// (`-n 1`) instead of bonnie++'s 16x1024.
 const BONNIE_CI: [&str; 4] = ["--memory", "128", "--bonnie-files", "1"];
 
+/// A bonnie++ cell's every column as bonnie++ printed it (this suite's one check of the
+/// parser on real output): where it printed `+++++` (too fast to time) the value is TooFast,
+/// never a number, and with 1024 files some file operation is; the per-char tests ran (no
+/// `-f`); the provenance names the bonnie++ and fio builds.
+fn assert_bonnie_columns(s: &Scratch, c: &vmbench::results::CellResult) {
+    use vmbench::results::Value;
+    let (dir, _) = s.run_record();
+    // Its directory: cells/SEQ-CELL_ID-rREPEAT.
+    let cell_dir = std::fs::read_dir(dir.join("cells"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|d| {
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            name.ends_with(&format!("-{}-r{}", c.cell_id, c.repeat))
+        })
+        .unwrap_or_else(|| panic!("{}: no cell directory", c.cell_id));
+    let csv = std::fs::read_to_string(cell_dir.join("bonnie.txt"))
+        .unwrap_or_else(|e| panic!("{}: bonnie.txt: {e}", c.cell_id));
+    let line = vmbench::workload::bonnie::find_csv_line(&csv).unwrap();
+    let fields: Vec<&str> = line.split(',').collect();
+    let mut too_fast = 0;
+    // Format 1.98: the six file operations' rates are fields 26, 28 ... 36.
+    for (i, key) in [
+        "seq_create",
+        "seq_read",
+        "seq_delete",
+        "random_create",
+        "random_read",
+        "random_delete",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let plus = fields[26 + 2 * i] == "+++++";
+        let v = &c.metric(&format!("{key}_ps")).unwrap().value;
+        assert_eq!(plus, v == &Value::TooFast, "{key}: {v:?} in {line}");
+        too_fast += plus as u32;
+    }
+    assert!(too_fast > 0, "bonnie++ printed no +++++ with 1024 files: {line}");
+    let args = std::fs::read_to_string(cell_dir.join("bonnie.args")).unwrap();
+    assert!(!args.lines().any(|a| a == "-f"), "{args}");
+    let p = &c.provenance;
+    assert!(!p.tools["bonnie"].trim().is_empty(), "{p:?}");
+    assert!(p.tools["fio"].starts_with("fio-"), "{p:?}");
+}
+
 /// `lvm-vs-partition` end to end, shortened. Kept: bonnie++ (per-char tests included) on ext4,
 /// both systems on one virtual disk split in two (split-part-ext4 measures partition 1,
 /// split-lvm-ext4 an LV on partition 2), local raw, qemu. Shortened (the refusal names each):
@@ -173,9 +219,26 @@ fn the_lvm_vs_partition_preset_runs_and_every_conclusion_is_judged_or_says_why_n
             c.params
         );
         assert_eq!(num(c, "file_size_mib"), 256.0, "{}: -s 2x RAM", c.cell_id);
-        for key in ["seq_out_block_kps", "seq_out_char_kps", "seq_in_block_kps"] {
+        for key in [
+            "seq_out_block_kps",
+            "seq_out_char_kps",
+            "seq_in_block_kps",
+            "random_seeks_ps",
+        ] {
             assert!(num(c, key) > 0.0, "{}: {key}", c.cell_id);
         }
+        assert_bonnie_columns(&s, c);
+    }
+    // The matrix's own table: bonnie++'s columns for the systems.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for head in [
+        "Seq Output Per Chr",
+        "Random Seeks",
+        "Seq Create",
+        "qemu/local/raw/split-lvm-ext4",
+        "+++++",
+    ] {
+        assert!(stdout.contains(head), "{head} missing from\n{stdout}");
     }
 
     // Shortened, it is not the preset's run: refused, naming what differs (the repeat count is
