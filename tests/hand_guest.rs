@@ -52,7 +52,10 @@ fn hand_guest_runs_fio_without_the_agent() {
     assert!(!console.contains("vmbench-agent"), "{console}");
     let xml = std::fs::read_to_string(out.join("domain.xml")).unwrap();
     assert!(!xml.contains("<channel"), "{xml}");
-    assert!(xml.contains(&format!("{}/initrd.zst", out.display())), "{xml}");
+    assert!(
+        xml.contains(&format!("{}/initrd.zst", out.display())),
+        "{xml}"
+    );
 
     // The guest powered itself off and its transient domain is gone; so is its disk.
     let name = xml
