@@ -23,6 +23,7 @@ mod faults_libvirtd;
 mod faults_stall;
 mod guest_hostdir;
 mod guest_layouts;
+mod hand_guest;
 mod harness_selftest;
 mod host2;
 mod image_build;
