@@ -250,7 +250,8 @@ fn report_finished_run(summary: &runner::FinishedRun, table: report::MetricSet) 
 
 /// `path` made absolute against the cwd, without touching the filesystem.
 fn absolute(flag: &str, path: &Path) -> Result<PathBuf, CliError> {
-    std::path::absolute(path).map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
+    std::path::absolute(path)
+        .map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
 }
 
 fn saved_config(dir: &Path) -> Result<vmbench::matrix::config::MatrixConfig, CliError> {

@@ -169,7 +169,10 @@ fn assert_bonnie_columns(s: &Scratch, c: &vmbench::results::CellResult) {
         assert_eq!(plus, v == &Value::TooFast, "{key}: {v:?} in {line}");
         too_fast += plus as u32;
     }
-    assert!(too_fast > 0, "bonnie++ printed no +++++ with 1024 files: {line}");
+    assert!(
+        too_fast > 0,
+        "bonnie++ printed no +++++ with 1024 files: {line}"
+    );
     let args = std::fs::read_to_string(cell_dir.join("bonnie.args")).unwrap();
     assert!(!args.lines().any(|a| a == "-f"), "{args}");
     let p = &c.provenance;
