@@ -90,6 +90,9 @@ dimension!(
         Qemu => "qemu",
         /// Xen through libvirt's libxl driver.
         Xen => "xen",
+        /// No guest: the workload runs on the host itself, on the same storage (the host rows
+        /// of the write-ups; `src/matrix/host_cell.rs`).
+        Host => "host",
     }
 );
 

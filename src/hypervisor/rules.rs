@@ -38,6 +38,9 @@ pub enum SkipReason {
          threads, virtio queues or emulator pinning); use them with qemu or kvm"
     )]
     XenQemuTuning,
+    /// What a host cell (no guest, no virtual disk) cannot be.
+    #[error("host: {0}")]
+    Host(&'static str),
 }
 
 /// A shared host directory has no disk: no raw device, no image format, bus or QEMU block
@@ -70,6 +73,38 @@ fn shared_dir_rule(cell: &Cell) -> Result<(), SkipReason> {
     Err(SkipReason::SharedDir(why))
 }
 
+/// A host cell runs the workload on the storage itself: the guest's disk options, the image
+/// container, and the layouts made inside the guest (partition tables, LVM) do not exist there.
+fn host_rule(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
+    use crate::cell::{Format, InstanceDisk, Layout};
+    let why = match () {
+        _ if cell.format != Format::Raw => {
+            "the host runs on the storage itself, and an image container's bytes are not the \
+             guest's disk: use --format raw"
+        }
+        _ if cell.instance != InstanceDisk::Flat => {
+            "an instance disk from a base is a guest's: a host cell runs on a flat disk"
+        }
+        _ if !matches!(cell.layout, Layout::Raw | Layout::Ext4 | Layout::Xfs) => {
+            "the host makes a filesystem on the whole disk only (layouts raw, ext4, xfs); \
+             partition tables and LVM volumes are made inside the guest"
+        }
+        _ if cell.bus != Bus::VirtioBlk
+            || cell.cache != CacheMode::None
+            || cell.io != IoMode::Native
+            || !cell.tuning.is_default() =>
+        {
+            "bus, cache, io, iothread, queues and pin are a guest disk's options; a host cell \
+             has no virtual disk (run it with the defaults)"
+        }
+        _ if matches!(source, DiskSource::SharedDir { .. }) && cell.layout != Layout::Ext4 => {
+            "a shared directory is a filesystem already: use --layout ext4 (\"a filesystem\")"
+        }
+        _ => return Ok(()),
+    };
+    Err(SkipReason::Host(why))
+}
+
 /// Whether QEMU can open a disk with this cache and io mode.
 fn aio_rule(cache: CacheMode, io: IoMode) -> Result<(), SkipReason> {
     if io == IoMode::Native && !matches!(cache, CacheMode::None | CacheMode::Directsync) {
@@ -82,9 +117,17 @@ fn aio_rule(cache: CacheMode, io: IoMode) -> Result<(), SkipReason> {
 /// checks. Returns the Xen datapath for Xen (`None` for KVM/QEMU, always QEMU's block layer).
 /// For Xen, cache and io are not written at all, so only the datapath matters.
 pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, SkipReason> {
-    if hv.desc().block_layer == BlockLayer::Qemu {
-        aio_rule(disk.cache, disk.io)?;
-        return Ok(None);
+    match hv.desc().block_layer {
+        BlockLayer::Qemu => {
+            aio_rule(disk.cache, disk.io)?;
+            return Ok(None);
+        }
+        BlockLayer::Host => {
+            return Err(SkipReason::Host(
+                "a host cell defines no domain (internal: the cell pipeline's host path runs it)",
+            ))
+        }
+        BlockLayer::Libxl => {}
     }
     if disk.iothread == IoThread::On || disk.queues.is_some() {
         return Err(SkipReason::XenQemuTuning);
@@ -98,6 +141,9 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
 /// domain rules, plus the dimensions the matrix does not vary for Xen because libxl ignores
 /// them.
 pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
+    if cell.hypervisor.desc().block_layer == BlockLayer::Host {
+        return host_rule(cell, source);
+    }
     let qemu = cell.hypervisor.desc().block_layer == BlockLayer::Qemu;
     if matches!(source, DiskSource::SharedDir { .. }) && qemu {
         shared_dir_rule(cell)?;
@@ -121,6 +167,8 @@ pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
 pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
     match (hv.desc().block_layer, bus) {
         (BlockLayer::Libxl, _) => "xvda",
+        // No guest: no guest device name (never asked; the host cell names its own target).
+        (BlockLayer::Host, _) => "",
         (BlockLayer::Qemu, Bus::VirtioBlk) => "vda",
         (BlockLayer::Qemu, Bus::VirtioScsi) => "sda",
     }
@@ -214,6 +262,8 @@ mod tests {
                                 };
                                 let rendered = domain_xml::render(&spec(&cell, source.clone()));
                                 match (check(&cell, &source), rendered) {
+                                    // A host cell defines no domain (its own test below).
+                                    (_, Err(DomainXmlError::Rule(SkipReason::Host(_)))) => {}
                                     (Ok(()), Ok(_)) => {}
                                     (Ok(()), Err(e)) => panic!("{cell:?} passes but: {e}"),
                                     // What the matrix does not vary for Xen: libxl ignores it,
