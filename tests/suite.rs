@@ -25,6 +25,7 @@ mod guest_hostdir;
 mod guest_layouts;
 mod harness_selftest;
 mod host2;
+mod host_rows;
 mod image_build;
 mod image_modules;
 mod instance_disks;
