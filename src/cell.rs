@@ -1052,7 +1052,7 @@ mod tests {
         let e = "vmware".parse::<Hypervisor>().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)"
+            "unknown hypervisor 'vmware' (valid: kvm, qemu, xen, host)"
         );
         assert!("".parse::<WorkloadId>().is_err());
     }

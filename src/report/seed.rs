@@ -860,7 +860,7 @@ pub fn against(
         "Measured in this run (mean ±sd% over passed repeats; n per cell in its label):\n{}\n",
         measured_table(&seed, &measured)
     );
-    push_systems(&mut out, &seed, &measured);
+    push_systems(&mut out, &seed, &measured, run);
     push_conclusions(&mut out, &seed, &measured);
     Ok(out)
 }
@@ -888,19 +888,43 @@ fn differences_from_preset(
 }
 
 /// Each published system with what this run did with it.
-fn push_systems(out: &mut String, seed: &SeedTable, measured: &BTreeMap<&str, Measured<'_>>) {
+fn push_systems(
+    out: &mut String,
+    seed: &SeedTable,
+    measured: &BTreeMap<&str, Measured<'_>>,
+    run: &RunRecord,
+) {
     let _ = writeln!(out, "Systems:");
     for s in &seed.systems {
         let status = match (&s.repeat_of, &s.not_measured) {
             (Some(of), _) => format!("a further published run of {of}: here, its repeats"),
             (None, Some(why)) => format!("not measured here: {why}"),
             (None, None) if measured[s.label.as_str()].rows.is_empty() => {
-                "not measured in this run".into()
+                match why_not_run(s, run) {
+                    Some(why) => format!("not measured in this run: {why}"),
+                    None => "not measured in this run".into(),
+                }
             }
             (None, None) => "measured".into(),
         };
         let _ = writeln!(out, "  {}: {} — {status}", s.label, s.maps_to);
     }
+}
+
+/// Why a system's cells did not pass: the first alternative with a cell in the run, that
+/// cell's outcome and reason (a host row on NFS: "skipped: unsupported on this host: ...").
+fn why_not_run(sys: &SeedSystem, run: &RunRecord) -> Option<String> {
+    sys.cells.iter().find_map(|alt| {
+        run.cells
+            .iter()
+            .find(|r| crate::matrix::rule_matches(&alt.dims, &r.cell))
+            .and_then(|r| match &r.outcome {
+                Outcome::Skipped(why) => Some(format!("{} skipped: {why}", r.cell.label())),
+                Outcome::Unsupported(why) => Some(format!("{} unsupported: {why}", r.cell.label())),
+                Outcome::Failed(why) => Some(format!("{} failed: {why}", r.cell.label())),
+                Outcome::Passed => None,
+            })
+    })
 }
 
 /// Each conclusion of the write-up with its verdict on every like-for-like pair of cells.
@@ -1072,7 +1096,14 @@ mod tests {
             row("kvm-guest-nfs-qcow-100mb-3rd").figures["random_seeks_ps"],
             Figure::Number(706.3)
         );
-        assert!(row("xenserver-nfsmount").not_measured.is_some());
+        assert_eq!(
+            row("xenserver-nfsmount").cells[0].dims["hypervisor"],
+            "host"
+        );
+        assert_eq!(
+            row("localdisk-on-nfs-server-cloudtest3").cells[0].dims["hypervisor"],
+            "host"
+        );
         assert_eq!(
             row("kvmserver-nfs-1G").figures["file_size_mib"],
             Figure::Number(20480.0)
@@ -1095,6 +1126,33 @@ mod tests {
         let out = against_(&fixture_run(), "longhorn-localpv-openebs", true).unwrap();
         assert!(out.contains("about 1.5 GB"), "{out}");
         assert!(out.contains("Local PV (not measured)"), "{out}");
+    }
+
+    /// A host row whose cell was skipped says why in the Systems section.
+    #[test]
+    fn a_skipped_host_row_says_why() {
+        let mut run = fixture_run();
+        let cell = crate::cell::Cell {
+            hypervisor: Hypervisor::Host,
+            backend: Backend::Nfs,
+            format: Format::Raw,
+            layout: crate::cell::Layout::Ext4,
+            link: "1gbit".parse::<Link>().unwrap(),
+            workload: crate::cell::WorkloadId::Preset("bonnie".into()),
+            ..crate::cell::Cell::default()
+        };
+        let why = "unsupported on this host: a host cell on nfs needs the host kernel's client";
+        run.cells
+            .push(CellResult::new(cell, 0, Outcome::Skipped(why.into())));
+        let out = against_(&run, "xen-kvm-nfs-iscsi-local", true).unwrap();
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("xenserver-nfsmount:"))
+            .unwrap();
+        assert!(
+            line.contains("not measured in this run: host/nfs/raw/ext4") && line.contains(why),
+            "{line}"
+        );
     }
 
     /// lvm-vs-partition's systems are the two sides of one split disk; a run of the older
