@@ -278,6 +278,29 @@ mod tests {
     }
 
     #[test]
+    fn host_runs_no_guest_on_the_default_host_only() {
+        let host = Hypervisor::Host.desc();
+        assert!(!host.runs_guest && !host.emulated_cpu && !host.takes_emulator);
+        assert!(Hypervisor::ALL
+            .iter()
+            .filter(|h| **h != Hypervisor::Host)
+            .all(|h| h.desc().runs_guest));
+        let named: HostName = "h2".parse().unwrap();
+        assert!(host.check_host(&HostName::default()).is_ok());
+        assert!(host.check_host(&named).is_err());
+        assert!(host.no_iotune.is_some());
+        assert_eq!(host.modes(&[XenMode::Pvh]), vec![None]);
+        let file = DiskSource::File {
+            path: "/w/x.raw".into(),
+        };
+        assert_eq!(host.datapath(&file, Format::Raw).unwrap(), HOST_DATAPATH);
+        assert_eq!(
+            host.no_qemu_process().as_deref(),
+            Some("n/a on host: no guest, no QEMU")
+        );
+    }
+
+    #[test]
     fn a_uri_names_its_driver() {
         let xen = Hypervisor::Xen.desc();
         assert!(xen.uri_scheme_of("xen:///system"));

@@ -291,6 +291,70 @@ mod tests {
         assert!(checked > 100, "{checked}");
     }
 
+    /// A host cell: raw format, a whole-disk layout, the guest disk options at their defaults;
+    /// anything else is skipped with the reason.
+    #[test]
+    fn host_cells_run_raw_on_the_whole_disk_with_default_disk_options() {
+        use crate::cell::{InstanceDisk, Layout};
+        let ok = Cell {
+            hypervisor: Hypervisor::Host,
+            ..crate::storage::testutil::cell(Backend::Local, Format::Raw)
+        };
+        let file = &sources()[0];
+        for layout in [Layout::Raw, Layout::Ext4, Layout::Xfs] {
+            assert_eq!(
+                check(
+                    &Cell {
+                        layout,
+                        ..ok.clone()
+                    },
+                    file
+                ),
+                Ok(()),
+                "{layout}"
+            );
+        }
+        assert_eq!(check(&ok, &sources()[1]), Ok(()), "a block device");
+        let skipped = |c: Cell, source: &DiskSource, why: &str| match check(&c, source) {
+            Err(SkipReason::Host(w)) => assert!(w.contains(why), "{w}"),
+            r => panic!("{c:?}: {r:?}"),
+        };
+        let qcow2 = Cell {
+            format: Format::Qcow2,
+            ..ok.clone()
+        };
+        skipped(qcow2, file, "--format raw");
+        for layout in [Layout::PartExt4, Layout::LvmExt4, Layout::SplitLvmExt4] {
+            let c = Cell {
+                layout,
+                ..ok.clone()
+            };
+            skipped(c, file, "whole disk only");
+        }
+        let cached = Cell {
+            cache: CacheMode::Writeback,
+            ..ok.clone()
+        };
+        skipped(cached, file, "no virtual disk");
+        let scsi = Cell {
+            bus: Bus::VirtioScsi,
+            ..ok.clone()
+        };
+        skipped(scsi, file, "no virtual disk");
+        let copy = Cell {
+            instance: InstanceDisk::Copy,
+            ..ok.clone()
+        };
+        skipped(copy, file, "flat disk");
+        let shared = &sources()[4];
+        skipped(ok.clone(), shared, "--layout ext4");
+        let on_dir = Cell {
+            layout: Layout::Ext4,
+            ..ok
+        };
+        assert_eq!(check(&on_dir, shared), Ok(()));
+    }
+
     #[test]
     fn native_aio_needs_o_direct_on_every_hypervisor_in_the_matrix() {
         let cell = Cell {

@@ -171,7 +171,7 @@ pub struct CpuUsage {
 
 impl CpuUsage {
     /// The sum of two steps' usage.
-    pub fn add(self, o: CpuUsage) -> CpuUsage {
+    pub fn plus(self, o: CpuUsage) -> CpuUsage {
         CpuUsage {
             user: self.user + o.user,
             sys: self.sys + o.sys,

@@ -179,7 +179,7 @@ impl CellCtx<'_, '_> {
             let run = self.host_step(step, engines, target, job_dir)?;
             m.artifacts.extend(run.artifacts);
             if i > from && i <= to {
-                m.cpu = m.cpu.add(run.cpu.unwrap_or_default());
+                m.cpu = m.cpu.plus(run.cpu.unwrap_or_default());
             }
             if i == from {
                 m.window.start = Some(metrics::snapshot(&src, None, None));
