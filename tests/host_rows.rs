@@ -26,7 +26,7 @@ fn leftovers(dir: &std::path::Path) -> (String, Vec<String>) {
 }
 
 #[test]
-#[ignore = "host: root libvirtd qemu"]
+#[ignore = "host: root libvirtd qemu loop"]
 fn host_cells_run_the_guests_workload_on_the_same_storage_and_leave_nothing() {
     let s = Scratch::new();
     // Cells: the host's bonnie++ on ext4 on a local file (-s 256 MiB: the smallest RAM, as
