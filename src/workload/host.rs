@@ -457,6 +457,18 @@ impl Done {
 /// past the deadline.
 fn run_child(mut cmd: Command, step: &'static str, stop: &Stop<'_>) -> Result<Done, HostStepError> {
     let t0 = Instant::now();
+    // The engine dies with vmbench (a kill -9 of the run): an orphaned engine would keep
+    // writing in the cell's mount, which then neither unmounts nor lets its loop device go.
+    // SAFETY: prctl is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
