@@ -171,3 +171,60 @@ fn host_cells_with_guest_only_options_are_refused() {
         assert!(err.contains(why), "{flag}: {err}");
     }
 }
+
+/// A run killed with SIGKILL in the middle of a host cell: its engine dies with it, and
+/// `vmbench cleanup` unmounts the cell's filesystem and detaches its loop device.
+#[test]
+#[ignore = "host: root libvirtd qemu loop"]
+fn a_killed_host_cell_is_cleaned_up() {
+    use std::time::{Duration, Instant};
+    let s = Scratch::new();
+    // bonnie++ with -s 2 GiB (-r 1 GiB): long enough to be killed in the middle.
+    let mut cmd = s.matrix_cmd_unsized(&[
+        "--disk-mib",
+        "4096",
+        "--memory",
+        "1024",
+        "--hypervisor",
+        "host",
+        "--backend",
+        "local",
+        "--format",
+        "raw",
+        "--layout",
+        "ext4",
+        "--workload",
+        "bonnie",
+    ]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut run = spawn_within(&mut cmd, Duration::from_secs(120));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leftovers(&s.work()).1.is_empty() {
+        assert!(Instant::now() < deadline, "the host cell never mounted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill on the pid of the child this test started, not yet reaped.
+    let r = unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
+    assert_eq!(r, 0, "kill -9 vmbench");
+    let _ = run.wait();
+    let (loops, mounts) = leftovers(&s.work());
+    assert!(
+        !loops.is_empty() && !mounts.is_empty(),
+        "{loops} {mounts:?}"
+    );
+    let out = output_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
+            .arg("cleanup")
+            .arg("--runs-dir")
+            .arg(s.runs()),
+        TOOL_LIMIT,
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("host cell mount"), "{said}");
+    assert!(said.contains("host cell loop device"), "{said}");
+    let (loops, mounts) = leftovers(&s.work());
+    assert!(loops.is_empty(), "loop devices left: {loops}");
+    assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+}
