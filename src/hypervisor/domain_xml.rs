@@ -177,7 +177,7 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
     let hypervisor = spec.hypervisor;
     if !hypervisor.desc().runs_guest {
         return Err(DomainXmlError::Rule(SkipReason::Host(
-            "a host cell defines no domain (internal: the cell pipeline's host path runs it)",
+            "a host cell defines no domain: its workload runs on the host itself",
         )));
     }
     let xen_mode = match (hypervisor.desc().has_modes, spec.xen_mode) {

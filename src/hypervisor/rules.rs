@@ -124,7 +124,7 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
         }
         BlockLayer::Host => {
             return Err(SkipReason::Host(
-                "a host cell defines no domain (internal: the cell pipeline's host path runs it)",
+                "a host cell defines no domain: its workload runs on the host itself",
             ))
         }
         BlockLayer::Libxl => {}
