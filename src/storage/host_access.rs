@@ -249,6 +249,30 @@ pub fn host_client(protocol: NetProtocol) -> Result<(), ClientMissing> {
     client_missing(protocol, &ClientFacts::probe(protocol)).map_or(Ok(()), Err)
 }
 
+/// `vmbench doctor`'s row for host cells: loop devices for a file's filesystem, and which
+/// network disks the host's own clients reach (none here is still a working row: those cells
+/// are skipped with the reason).
+pub fn host_support() -> Result<String, String> {
+    if !on_path("losetup") || !Path::new("/dev/loop-control").exists() {
+        return Err(
+            "no loop devices (losetup, /dev/loop-control): host cells on a file with \
+                    a filesystem layout cannot run"
+                .into(),
+        );
+    }
+    let nets: Vec<String> = [NetProtocol::Nfs, NetProtocol::Iscsi, NetProtocol::Rbd]
+        .into_iter()
+        .map(|p| match host_client(p) {
+            Ok(()) => format!("{}: client found (plan not run yet)", proto_name(p)),
+            Err(e) => format!("{}: skipped ({})", proto_name(p), e.why),
+        })
+        .collect();
+    Ok(format!(
+        "local, block, hostdir on this host (loop devices); {}",
+        nets.join("; ")
+    ))
+}
+
 /// The filesystem a host cell makes on a file or device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostFsType {
