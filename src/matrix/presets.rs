@@ -170,11 +170,11 @@ pub const SEED_PRESETS: &[SeedPreset] = &[
         not_here: &[
             "the write-up's physical networks: here a tc-shaped veth (tbf) to the embedded \
              servers' namespace stands in for the 1 Gbit and 100 Mbit links",
-            "the write-up's host rows (bonnie++ on the hosts themselves) are host cells \
-             (--hypervisor host): localdisk-on-nfs-server on ext4 over a loop device on a raw \
-             local file; xenserver-nfsmount and kvmserver-nfs-1G need the host kernel's NFS \
-             client, which this kind of machine lacks (skipped with the reason), and are one \
-             cell (vmbench's host is one host)",
+            "xenserver-nfsmount and kvmserver-nfs-1G (bonnie++ on the hosts' NFS mounts): their \
+             host cells (--hypervisor host) need the host kernel's NFS client, which this kind \
+             of machine lacks (skipped with the reason); here the two would be one cell \
+             (vmbench's host is one host). localdisk-on-nfs-server is a host cell: ext4 over a \
+             loop device on a raw local file",
         ],
         apply: xen_kvm,
         then: "vmbench report RUN --against-seed xen-kvm-nfs-iscsi-local",
