@@ -90,6 +90,9 @@ dimension!(
         Qemu => "qemu",
         /// Xen through libvirt's libxl driver.
         Xen => "xen",
+        /// No guest: the workload runs on the host itself, on the same storage (the host rows
+        /// of the write-ups; `src/matrix/host_cell.rs`).
+        Host => "host",
     }
 );
 
@@ -1055,7 +1058,7 @@ mod tests {
         let e = "vmware".parse::<Hypervisor>().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown hypervisor 'vmware' (valid: kvm, qemu, xen)"
+            "unknown hypervisor 'vmware' (valid: kvm, qemu, xen, host)"
         );
         assert!("".parse::<WorkloadId>().is_err());
     }

@@ -197,6 +197,7 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         let work = PathBuf::from(work);
         // Only a directory named after this run, so a tampered marker cannot point elsewhere.
         if work.file_name() == run.file_name() && work.exists() {
+            clean_host_cells(&work, dry, rep);
             rep.lines.push(format!("{}", work.display()));
             if !dry {
                 let _ = std::fs::remove_dir_all(&work);
@@ -211,6 +212,23 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         for p in pid_files(&servers) {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// A killed run's host cells (`--hypervisor host`): their mounts and loop devices under the
+/// work directory, undone before the directory is removed (removing it first would empty the
+/// mounted filesystem and leave the mount and the loop device behind).
+fn clean_host_cells(work: &Path, dry: bool, rep: &mut Report) {
+    use crate::storage::host_access;
+    let (mounts, loops) = host_access::find_leftovers(work);
+    for m in &mounts {
+        rep.lines.push(format!("host cell mount {}", m.display()));
+    }
+    for l in &loops {
+        rep.lines.push(format!("host cell loop device {l}"));
+    }
+    if !dry {
+        host_access::remove_leftovers(&mounts, &loops);
     }
 }
 

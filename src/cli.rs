@@ -110,7 +110,9 @@ pub struct MatrixArgs {
     /// A write-up's matrix (see `vmbench presets`); command-line options override it.
     #[arg(long)]
     pub preset: Option<String>,
-    /// Hypervisors: kvm, qemu (TCG), xen. [default: qemu]
+    /// Hypervisors: kvm, qemu (TCG), xen, host (no guest: the same workload run by the host on
+    /// the same storage, the write-ups' host rows; --format raw, layouts raw, ext4, xfs).
+    /// [default: qemu]
     #[arg(long)]
     pub hypervisor: Option<String>,
     /// Xen modes: pvh, hvm (Xen cells only). [default: pvh]

@@ -129,22 +129,27 @@ pub async fn checks(a: &DoctorOptions) -> Vec<Check> {
         crate::storage::netns::probe_delay(),
         "unsupported",
     ));
-    out.push(check(
-        "host fio (for --host-baseline)",
-        tool_version("fio", &["--version"]),
-        "missing",
-    ));
-    out.push(check(
-        "disk: image cache",
-        Ok(cache_usage(&a.image_cache)),
-        "",
-    ));
-    out.push(check(
-        "disk: runs directory",
-        Ok(runs_usage(&a.runs_dir)),
-        "",
-    ));
+    out.extend(host_checks(a));
     out
+}
+
+/// What the host itself runs: the host baseline's fio, host cells (`--hypervisor host`), and
+/// the disk space vmbench uses.
+fn host_checks(a: &DoctorOptions) -> Vec<Check> {
+    vec![
+        check(
+            "host fio (for --host-baseline)",
+            tool_version("fio", &["--version"]),
+            "missing",
+        ),
+        check(
+            "host cells (--hypervisor host)",
+            crate::storage::host_access::host_support(),
+            "unsupported",
+        ),
+        check("disk: image cache", Ok(cache_usage(&a.image_cache)), ""),
+        check("disk: runs directory", Ok(runs_usage(&a.runs_dir)), ""),
+    ]
 }
 
 fn mib(bytes: u64) -> String {

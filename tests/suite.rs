@@ -26,6 +26,7 @@ mod guest_layouts;
 mod hand_guest;
 mod harness_selftest;
 mod host2;
+mod host_rows;
 mod image_build;
 mod image_modules;
 mod instance_disks;

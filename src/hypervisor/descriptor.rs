@@ -21,6 +21,9 @@ pub enum Monitor {
     /// libvirt's domain block stats only: counts, and times where the driver has them; there is
     /// no QEMU process of the guest on the host to measure.
     DomainStats,
+    /// No guest: the workload's own process on the host, its CPU from the kernel's accounting
+    /// of the child (`wait4`), and the storage server's `/proc` figures.
+    HostProcess,
 }
 
 /// What must be true on this machine before a hypervisor's cells run.
@@ -48,6 +51,9 @@ pub enum BlockLayer {
     /// libxl's backends in dom0 (blkback or qdisk, see [`super::xen::datapath`]): QEMU's disk
     /// options do not apply.
     Libxl,
+    /// No virtual disk: the workload runs on the host on the storage itself (the file, a loop
+    /// device over it, the block device, the directory). No disk or QEMU option applies.
+    Host,
 }
 
 /// Everything vmbench knows about one hypervisor.
@@ -83,6 +89,10 @@ pub struct Descriptor {
     /// libvirt's `<emulator>` names the QEMU binary that runs it (`--emulator NAME=PATH`);
     /// false where the driver picks its own device model.
     pub takes_emulator: bool,
+    /// Its cells boot a guest in a libvirt domain. False for `host`, whose cells run the
+    /// workload on the host itself (`matrix/host_cell.rs`); its connection only provisions the
+    /// disk (storage pools).
+    pub runs_guest: bool,
 }
 
 const KVM: Descriptor = Descriptor {
@@ -101,6 +111,7 @@ const KVM: Descriptor = Descriptor {
     connect_hint: None,
     emulated_cpu: false,
     takes_emulator: true,
+    runs_guest: true,
 };
 
 const QEMU: Descriptor = Descriptor {
@@ -124,6 +135,26 @@ const XEN: Descriptor = Descriptor {
     connect_hint: Some("no Xen dom0 with libxl on this host?"),
     takes_emulator: false,
     emulated_cpu: false,
+    runs_guest: true,
+};
+
+/// The host rows: the same workload on the same storage, run by the host. It runs on this
+/// machine only (its workload is a local process), and its libvirt connection is the local
+/// QEMU one, which makes the disk (a `local` cell's pool) as for a guest.
+const HOST: Descriptor = Descriptor {
+    hypervisor: Hypervisor::Host,
+    domain_type: "none",
+    default_uri: "qemu:///system",
+    shares_hosts: false,
+    no_iotune: Some("need qemu or kvm: a host cell has no virtual disk to cap"),
+    monitor: Monitor::HostProcess,
+    probe: Probe::Connect,
+    has_modes: false,
+    block_layer: BlockLayer::Host,
+    connect_hint: None,
+    emulated_cpu: false,
+    takes_emulator: false,
+    runs_guest: false,
 };
 
 impl Hypervisor {
@@ -133,9 +164,13 @@ impl Hypervisor {
             Hypervisor::Kvm => &KVM,
             Hypervisor::Qemu => &QEMU,
             Hypervisor::Xen => &XEN,
+            Hypervisor::Host => &HOST,
         }
     }
 }
+
+/// The `datapath` parameter of a host cell: the host's own kernel, no virtual disk.
+pub const HOST_DATAPATH: &str = "host (no guest)";
 
 /// A cell of a hypervisor that runs on the default host only, placed on a named host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -177,7 +212,9 @@ impl Descriptor {
     /// The guest's console device: the Xen PV console for PVH, which has no emulated UART.
     pub fn console(&self, mode: Option<XenMode>) -> &'static str {
         match (self.block_layer, mode) {
-            (BlockLayer::Libxl, Some(XenMode::Hvm)) | (BlockLayer::Qemu, _) => "ttyS0",
+            (BlockLayer::Libxl, Some(XenMode::Hvm)) | (BlockLayer::Qemu | BlockLayer::Host, _) => {
+                "ttyS0"
+            }
             (BlockLayer::Libxl, _) => "hvc0",
         }
     }
@@ -193,6 +230,7 @@ impl Descriptor {
         match self.block_layer {
             BlockLayer::Qemu => Ok(xen::KVM_DATAPATH.into()),
             BlockLayer::Libxl => xen::datapath(source, format).map(|d| d.to_string()),
+            BlockLayer::Host => Ok(HOST_DATAPATH.into()),
         }
     }
 
@@ -201,6 +239,7 @@ impl Descriptor {
         match self.monitor {
             Monitor::Qmp => None,
             Monitor::DomainStats => Some(format!("n/a on {}", self.hypervisor)),
+            Monitor::HostProcess => Some("n/a on host: no guest, no QEMU".into()),
         }
     }
 }
@@ -214,7 +253,9 @@ mod tests {
         for hv in Hypervisor::ALL {
             let d = hv.desc();
             assert_eq!(d.hypervisor, *hv);
-            assert_eq!(d.domain_type, hv.as_str());
+            if d.runs_guest {
+                assert_eq!(d.domain_type, hv.as_str());
+            }
             assert!(d.default_uri.contains(":///"), "{}", d.default_uri);
         }
     }
@@ -234,6 +275,29 @@ mod tests {
         assert_eq!(Hypervisor::Qemu.desc().modes(&modes), vec![None]);
         assert_eq!(xen.no_qemu_process().as_deref(), Some("n/a on xen"));
         assert_eq!(Hypervisor::Kvm.desc().no_qemu_process(), None);
+    }
+
+    #[test]
+    fn host_runs_no_guest_on_the_default_host_only() {
+        let host = Hypervisor::Host.desc();
+        assert!(!host.runs_guest && !host.emulated_cpu && !host.takes_emulator);
+        assert!(Hypervisor::ALL
+            .iter()
+            .filter(|h| **h != Hypervisor::Host)
+            .all(|h| h.desc().runs_guest));
+        let named: HostName = "h2".parse().unwrap();
+        assert!(host.check_host(&HostName::default()).is_ok());
+        assert!(host.check_host(&named).is_err());
+        assert!(host.no_iotune.is_some());
+        assert_eq!(host.modes(&[XenMode::Pvh]), vec![None]);
+        let file = DiskSource::File {
+            path: "/w/x.raw".into(),
+        };
+        assert_eq!(host.datapath(&file, Format::Raw).unwrap(), HOST_DATAPATH);
+        assert_eq!(
+            host.no_qemu_process().as_deref(),
+            Some("n/a on host: no guest, no QEMU")
+        );
     }
 
     #[test]

@@ -175,6 +175,11 @@ fn build(spec: &DomainSpec) -> Result<Domain<'_>, DomainXmlError> {
         return Err(DomainXmlError::Zero("memory_mib"));
     }
     let hypervisor = spec.hypervisor;
+    if !hypervisor.desc().runs_guest {
+        return Err(DomainXmlError::Rule(SkipReason::Host(
+            "a host cell defines no domain: its workload runs on the host itself",
+        )));
+    }
     let xen_mode = match (hypervisor.desc().has_modes, spec.xen_mode) {
         (true, Some(m)) => Some(m),
         (true, None) => return Err(DomainXmlError::MissingXenMode),

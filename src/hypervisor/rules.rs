@@ -38,6 +38,9 @@ pub enum SkipReason {
          threads, virtio queues or emulator pinning); use them with qemu or kvm"
     )]
     XenQemuTuning,
+    /// What a host cell (no guest, no virtual disk) cannot be.
+    #[error("host: {0}")]
+    Host(&'static str),
 }
 
 /// A shared host directory has no disk: no raw device, no image format, bus or QEMU block
@@ -70,6 +73,38 @@ fn shared_dir_rule(cell: &Cell) -> Result<(), SkipReason> {
     Err(SkipReason::SharedDir(why))
 }
 
+/// A host cell runs the workload on the storage itself: the guest's disk options, the image
+/// container, and the layouts made inside the guest (partition tables, LVM) do not exist there.
+fn host_rule(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
+    use crate::cell::{Format, InstanceDisk, Layout};
+    let why = match () {
+        _ if cell.format != Format::Raw => {
+            "the host runs on the storage itself, and an image container's bytes are not the \
+             guest's disk: use --format raw"
+        }
+        _ if cell.instance != InstanceDisk::Flat => {
+            "an instance disk from a base is a guest's: a host cell runs on a flat disk"
+        }
+        _ if !matches!(cell.layout, Layout::Raw | Layout::Ext4 | Layout::Xfs) => {
+            "the host makes a filesystem on the whole disk only (layouts raw, ext4, xfs); \
+             partition tables and LVM volumes are made inside the guest"
+        }
+        _ if cell.bus != Bus::VirtioBlk
+            || cell.cache != CacheMode::None
+            || cell.io != IoMode::Native
+            || !cell.tuning.is_default() =>
+        {
+            "bus, cache, io, iothread, queues and pin are a guest disk's options; a host cell \
+             has no virtual disk (run it with the defaults)"
+        }
+        _ if matches!(source, DiskSource::SharedDir { .. }) && cell.layout != Layout::Ext4 => {
+            "a shared directory is a filesystem already: use --layout ext4 (\"a filesystem\")"
+        }
+        _ => return Ok(()),
+    };
+    Err(SkipReason::Host(why))
+}
+
 /// Whether QEMU can open a disk with this cache and io mode.
 fn aio_rule(cache: CacheMode, io: IoMode) -> Result<(), SkipReason> {
     if io == IoMode::Native && !matches!(cache, CacheMode::None | CacheMode::Directsync) {
@@ -82,9 +117,17 @@ fn aio_rule(cache: CacheMode, io: IoMode) -> Result<(), SkipReason> {
 /// checks. Returns the Xen datapath for Xen (`None` for KVM/QEMU, always QEMU's block layer).
 /// For Xen, cache and io are not written at all, so only the datapath matters.
 pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, SkipReason> {
-    if hv.desc().block_layer == BlockLayer::Qemu {
-        aio_rule(disk.cache, disk.io)?;
-        return Ok(None);
+    match hv.desc().block_layer {
+        BlockLayer::Qemu => {
+            aio_rule(disk.cache, disk.io)?;
+            return Ok(None);
+        }
+        BlockLayer::Host => {
+            return Err(SkipReason::Host(
+                "a host cell defines no domain: its workload runs on the host itself",
+            ))
+        }
+        BlockLayer::Libxl => {}
     }
     if disk.iothread == IoThread::On || disk.queues.is_some() {
         return Err(SkipReason::XenQemuTuning);
@@ -98,6 +141,9 @@ pub fn check_disk(hv: Hypervisor, disk: &DiskSpec) -> Result<Option<Datapath>, S
 /// domain rules, plus the dimensions the matrix does not vary for Xen because libxl ignores
 /// them.
 pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
+    if cell.hypervisor.desc().block_layer == BlockLayer::Host {
+        return host_rule(cell, source);
+    }
     let qemu = cell.hypervisor.desc().block_layer == BlockLayer::Qemu;
     if matches!(source, DiskSource::SharedDir { .. }) && qemu {
         shared_dir_rule(cell)?;
@@ -121,6 +167,8 @@ pub fn check(cell: &Cell, source: &DiskSource) -> Result<(), SkipReason> {
 pub fn guest_device_name(hv: Hypervisor, bus: Bus) -> &'static str {
     match (hv.desc().block_layer, bus) {
         (BlockLayer::Libxl, _) => "xvda",
+        // No guest: no guest device name (never asked; the host cell names its own target).
+        (BlockLayer::Host, _) => "",
         (BlockLayer::Qemu, Bus::VirtioBlk) => "vda",
         (BlockLayer::Qemu, Bus::VirtioScsi) => "sda",
     }
@@ -214,6 +262,8 @@ mod tests {
                                 };
                                 let rendered = domain_xml::render(&spec(&cell, source.clone()));
                                 match (check(&cell, &source), rendered) {
+                                    // A host cell defines no domain (its own test below).
+                                    (_, Err(DomainXmlError::Rule(SkipReason::Host(_)))) => {}
                                     (Ok(()), Ok(_)) => {}
                                     (Ok(()), Err(e)) => panic!("{cell:?} passes but: {e}"),
                                     // What the matrix does not vary for Xen: libxl ignores it,
@@ -239,6 +289,70 @@ mod tests {
             }
         }
         assert!(checked > 100, "{checked}");
+    }
+
+    /// A host cell: raw format, a whole-disk layout, the guest disk options at their defaults;
+    /// anything else is skipped with the reason.
+    #[test]
+    fn host_cells_run_raw_on_the_whole_disk_with_default_disk_options() {
+        use crate::cell::{InstanceDisk, Layout};
+        let ok = Cell {
+            hypervisor: Hypervisor::Host,
+            ..crate::storage::testutil::cell(Backend::Local, Format::Raw)
+        };
+        let file = &sources()[0];
+        for layout in [Layout::Raw, Layout::Ext4, Layout::Xfs] {
+            assert_eq!(
+                check(
+                    &Cell {
+                        layout,
+                        ..ok.clone()
+                    },
+                    file
+                ),
+                Ok(()),
+                "{layout}"
+            );
+        }
+        assert_eq!(check(&ok, &sources()[1]), Ok(()), "a block device");
+        let skipped = |c: Cell, source: &DiskSource, why: &str| match check(&c, source) {
+            Err(SkipReason::Host(w)) => assert!(w.contains(why), "{w}"),
+            r => panic!("{c:?}: {r:?}"),
+        };
+        let qcow2 = Cell {
+            format: Format::Qcow2,
+            ..ok.clone()
+        };
+        skipped(qcow2, file, "--format raw");
+        for layout in [Layout::PartExt4, Layout::LvmExt4, Layout::SplitLvmExt4] {
+            let c = Cell {
+                layout,
+                ..ok.clone()
+            };
+            skipped(c, file, "whole disk only");
+        }
+        let cached = Cell {
+            cache: CacheMode::Writeback,
+            ..ok.clone()
+        };
+        skipped(cached, file, "no virtual disk");
+        let scsi = Cell {
+            bus: Bus::VirtioScsi,
+            ..ok.clone()
+        };
+        skipped(scsi, file, "no virtual disk");
+        let copy = Cell {
+            instance: InstanceDisk::Copy,
+            ..ok.clone()
+        };
+        skipped(copy, file, "flat disk");
+        let shared = &sources()[4];
+        skipped(ok.clone(), shared, "--layout ext4");
+        let on_dir = Cell {
+            layout: Layout::Ext4,
+            ..ok
+        };
+        assert_eq!(check(&on_dir, shared), Ok(()));
     }
 
     #[test]

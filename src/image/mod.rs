@@ -98,6 +98,28 @@ impl Initrd {
 }
 
 impl ImageInfo {
+    /// The engine binaries this image's guest runs that the cache keeps as files, by tool name
+    /// (`fio`: the static build in `<cache>/fio/<key>/fio`, checked to be the version the image
+    /// recorded). A host cell (`--hypervisor host`) runs these, so a host row and a guest row
+    /// use the same build. bonnie++ is not here: the image copies the host's Debian binary.
+    pub fn engine_binaries(&self) -> BTreeMap<String, PathBuf> {
+        let mut out = BTreeMap::new();
+        let (Some(cache), Some(source), Ok(recipe)) = (
+            self.dir.parent(),
+            self.versions.get("fio_source"),
+            recipe::Recipe::embedded(),
+        ) else {
+            return out;
+        };
+        let key = fio_build::build_key(source, &recipe.fio.configure_flags);
+        let path = cache.join("fio").join(key).join("fio");
+        let same = fio_build::version_of(&path).ok() == self.versions.get("fio").cloned();
+        if path.is_file() && same {
+            out.insert("fio".to_string(), path);
+        }
+        out
+    }
+
     /// The initramfs file for `which`.
     pub fn initrd_for(&self, which: Initrd) -> &Path {
         match which {

@@ -228,6 +228,13 @@ pub enum CellError {
     /// A signal stopped the cell.
     #[error("interrupted by signal")]
     Interrupted,
+    /// A host cell's step (`--hypervisor host`): the engine run on the host failed, was
+    /// refused, timed out or was interrupted.
+    #[error("on the host: {0}")]
+    HostStep(#[source] crate::workload::host::HostStepError),
+    /// A host cell's filesystem (loop device, mkfs, mount, or their teardown) failed.
+    #[error("host filesystem: {0}")]
+    HostFs(#[source] StorageError),
     /// One instance of the boot storm (`--boot-storm`) failed; the storm fails the cell.
     #[error("boot storm, instance {instance} of {k}: {source}")]
     Storm {
@@ -239,6 +246,17 @@ pub enum CellError {
         #[source]
         source: Box<CellError>,
     },
+}
+
+fn host_step_kind(e: &crate::workload::host::HostStepError) -> FailureKind {
+    use crate::workload::host::HostStepError as H;
+    match e {
+        H::Failed { .. } => FailureKind::EngineFailed,
+        H::Interrupted => FailureKind::Interrupted,
+        H::TimedOut { .. } => FailureKind::Stalled,
+        H::Io { .. } => FailureKind::HostIo,
+        H::NotOnHost(_) | H::Refused(_) | H::NoTarget(_) => FailureKind::Config,
+    }
 }
 
 /// Why a hypervisor's cells cannot run on a host: they are reported unsupported with this.
@@ -326,6 +344,8 @@ impl CellError {
             E::LibvirtLost => FailureKind::LibvirtLost,
             E::Interrupted => FailureKind::Interrupted,
             E::Storm { source, .. } => source.kind(),
+            E::HostStep(e) => host_step_kind(e),
+            E::HostFs(_) => FailureKind::Provision,
         }
     }
 

@@ -3,6 +3,8 @@
 //! down. Every way out of a cell (success, failure, timeout, Ctrl-C) destroys the domain (the
 //! handle's Drop) and tears the disk down (the caller's guard).
 
+mod host;
+
 use super::cell_error::{CellError, ConsoleTail, DomainNote};
 use super::config::{parse_size, MatrixConfig};
 use super::fidelity;
@@ -131,6 +133,9 @@ impl CellCtx<'_, '_> {
     /// provision -> boot -> prefill -> measure -> collect -> teardown -> parse -> baseline. Every
     /// early return drops the domain handle, which destroys the domain.
     async fn pipeline(&mut self, backend: &mut dyn StorageBackend) -> Result<Parsed, CellError> {
+        if !self.cell.hypervisor.desc().runs_guest {
+            return self.host_pipeline(backend).await;
+        }
         let plan = WorkPlan::new(self.env.cfg, self.cell)?;
         self.prov.jobs = jobs_hash(&plan.steps.job_files);
         let disk = self.provision(backend, &plan)?;
@@ -841,6 +846,8 @@ fn disk_counters(d: &RunningDomain, hv: Hypervisor) -> Option<qmp::DiskCounters>
             .qmp(qmp::QUERY_BLOCKSTATS)
             .ok()
             .and_then(|a| qmp::parse_blockstats(&a).ok()),
+        // No domain (host cells never get here: their path has no domain to ask).
+        Monitor::HostProcess => None,
     }
 }
 

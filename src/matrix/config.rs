@@ -656,6 +656,12 @@ impl MatrixConfig {
                 "'boot_storm' is {k}: give 0 (off) or 2 to {max} instances"
             )));
         }
+        if let Some(h) = self.hypervisor.iter().find(|h| !h.desc().runs_guest) {
+            return Err(ConfigError::Invalid(format!(
+                "'boot_storm' boots guests; {h} cells have none: run them in a matrix without \
+                 --boot-storm"
+            )));
+        }
         let need = k as u64 * self.memory_mib;
         match super::storm::mem_available_mib() {
             Some(have) if self.hosts.is_empty() && need > have => {

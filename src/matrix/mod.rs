@@ -246,6 +246,17 @@ pub enum Skip {
     /// A qcow2 overlay asked for with another format.
     #[error("an overlay is a qcow2 image backed by the base: it needs --format qcow2, not {0}")]
     OverlayIsQcow2(crate::cell::Format),
+    /// A host cell (`--hypervisor host`) on a network disk: the host's own kernel client
+    /// would reach it, and this host has none.
+    #[error(transparent)]
+    HostClient(crate::storage::host_access::ClientMissing),
+    /// A host cell on a network disk where the host has the client: the plan
+    /// (`storage::host_access::NetPlan`) is not run yet.
+    #[error(
+        "host: a host cell on a network disk would run the host's own client (mount, login, \
+         map: storage::host_access::NetPlan); vmbench does not run that plan yet"
+    )]
+    HostClientNotRun,
     /// The backend does not make images of this format.
     #[error(
         "the {backend} backend makes {} images only, not {asked}",
@@ -267,6 +278,8 @@ impl Skip {
         use crate::results::SkipKind;
         match self {
             Skip::DefaultHostOnly(_) | Skip::Remote { .. } => SkipKind::RemoteHost,
+            Skip::HostClient(_) => SkipKind::Backend,
+            Skip::HostClientNotRun => SkipKind::Rule,
             Skip::Rule(_)
             | Skip::Format { .. }
             | Skip::Instance { .. }
@@ -286,9 +299,26 @@ pub fn skip_reason(cell: &Cell, cfg: &MatrixConfig) -> Option<Skip> {
     // Only the kind of source matters to the rules, not the run's directories.
     let root = std::path::Path::new("/");
     let source = crate::storage::plan_source(&cfg.storage, cell, root, root);
-    crate::hypervisor::check(cell, &source)
-        .err()
-        .map(Skip::Rule)
+    if let Err(r) = crate::hypervisor::check(cell, &source) {
+        return Some(Skip::Rule(r));
+    }
+    host_client_skip(cell, &source)
+}
+
+/// A host cell on a network disk needs the host kernel's client for it (NFS, iSCSI, krbd):
+/// decided here, at plan time, like the other hypervisor skips.
+fn host_client_skip(cell: &Cell, source: &crate::storage::DiskSource) -> Option<Skip> {
+    use crate::storage::host_access;
+    let crate::storage::DiskSource::Network { protocol, .. } = source else {
+        return None;
+    };
+    if cell.hypervisor.desc().runs_guest {
+        return None;
+    }
+    Some(match host_access::host_client(*protocol) {
+        Err(missing) => Skip::HostClient(missing),
+        Ok(()) => Skip::HostClientNotRun,
+    })
 }
 
 /// What the cell's backend cannot make: its format, or its instance disk from the base.

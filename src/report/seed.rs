@@ -1146,7 +1146,14 @@ mod tests {
             row("kvm-guest-nfs-qcow-100mb-3rd").figures["random_seeks_ps"],
             Figure::Number(706.3)
         );
-        assert!(row("xenserver-nfsmount").not_measured.is_some());
+        assert_eq!(
+            row("xenserver-nfsmount").cells[0].dims["hypervisor"],
+            "host"
+        );
+        assert_eq!(
+            row("localdisk-on-nfs-server-cloudtest3").cells[0].dims["hypervisor"],
+            "host"
+        );
         assert_eq!(
             row("kvmserver-nfs-1G").figures["file_size_mib"],
             Figure::Number(20480.0)
@@ -1169,6 +1176,33 @@ mod tests {
         let out = against_(&fixture_run(), "longhorn-localpv-openebs", true).unwrap();
         assert!(out.contains("about 1.5 GB"), "{out}");
         assert!(out.contains("Local PV (not measured)"), "{out}");
+    }
+
+    /// A host row whose cell was skipped says why in the Systems section.
+    #[test]
+    fn a_skipped_host_row_says_why() {
+        let mut run = fixture_run();
+        let cell = crate::cell::Cell {
+            hypervisor: Hypervisor::Host,
+            backend: Backend::Nfs,
+            format: Format::Raw,
+            layout: crate::cell::Layout::Ext4,
+            link: "1gbit".parse::<Link>().unwrap(),
+            workload: crate::cell::WorkloadId::Preset("bonnie".into()),
+            ..crate::cell::Cell::default()
+        };
+        let why = "unsupported on this host: a host cell on nfs needs the host kernel's client";
+        run.cells
+            .push(CellResult::new(cell, 0, Outcome::Skipped(why.into())));
+        let out = against_(&run, "xen-kvm-nfs-iscsi-local", true).unwrap();
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("xenserver-nfsmount:"))
+            .unwrap();
+        assert!(
+            line.contains("not measured in this run: host/nfs/raw/ext4") && line.contains(why),
+            "{line}"
+        );
     }
 
     /// lvm-vs-partition's systems are the two sides of one split disk; a run of the older
@@ -1345,7 +1379,8 @@ mod tests {
         assert!(
             out.contains(&format!(
                 "'localdisk-on-nfs-server-cloudtest3': kvm/local/qcow2/ext4: {KVM_NO_BOOT}; no cell in this \
-             run for backend=local,hypervisor=qemu,workload=bonnie\n"
+             run for backend=local,format=raw,hypervisor=host,workload=bonnie nor \
+             backend=local,hypervisor=qemu,workload=bonnie\n"
             )),
             "{out}"
         );

@@ -19,6 +19,7 @@ pub mod chap;
 pub mod cmd;
 pub mod firewall;
 pub mod ganesha;
+pub mod host_access;
 pub mod hostdir;
 pub mod iscsi;
 pub mod kind;

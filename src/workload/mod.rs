@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod bonnie;
 pub mod engine;
 pub mod fio;
+pub mod host;
 #[cfg(test)]
 pub mod toy;
 

@@ -110,6 +110,11 @@ fn watchdog(pid: Pid, limit: Duration, w: &Watch) {
 }
 
 impl Bounded {
+    /// The child's pid (for a test that kills it on purpose).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the child; fails the test (with the report) when its deadline killed it.
     /// Returns a `Result` like [`Child::wait`], so callers keep `.wait().unwrap()`.
     pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
