@@ -436,6 +436,25 @@ fn why_not_measured(sys: &SeedSystem, run: &RunRecord) -> String {
     parts.join("; ")
 }
 
+/// Which of a row's repeats bonnie++ found too fast to time (`+++++`): they count in no ratio,
+/// and the reader must see why a side has fewer repeats than ran.
+fn too_fast_note(row: &Row<'_>, key: &str) -> Option<String> {
+    let fast = (row.results.iter())
+        .filter(|r| {
+            r.metric(key)
+                .is_some_and(|m| m.value == crate::results::Value::TooFast)
+        })
+        .count();
+    (fast > 0).then(|| {
+        format!(
+            "\n{}: {fast} of {} repeats too fast to time (bonnie++ printed +++++: its file was \
+             served from a page cache larger than the file)",
+            row.cell.label(),
+            row.results.len()
+        )
+    })
+}
+
 /// The numbers of a metric over the repeats (bonnie++'s `+++++` has none).
 fn values(results: &[&CellResult], key: &str) -> Vec<f64> {
     results
@@ -663,12 +682,17 @@ fn judge_conclusion(
                 });
                 continue;
             }
-            let (verdict, detail) = judge(
+            let (verdict, mut detail) = judge(
                 &c.check,
                 published,
                 &values(&x.results, metric),
                 &values(&y.results, metric),
             );
+            for row in [x, y] {
+                if let Some(note) = too_fast_note(row, metric) {
+                    detail.push_str(&note);
+                }
+            }
             out.push(Judged {
                 verdict,
                 pair: format!("{} vs {}", x.cell.label(), y.cell.label()),
@@ -1363,6 +1387,26 @@ mod tests {
             ),
             "{out}"
         );
+    }
+
+    /// A repeat bonnie++ printed `+++++` for is named as too fast, not silently dropped.
+    #[test]
+    fn too_fast_repeats_are_named_in_the_judgement() {
+        let run = fixture_run();
+        let bonnie: Vec<&CellResult> = (run.cells.iter())
+            .filter(|c| c.cell.workload.to_string() == "bonnie")
+            .collect();
+        let row = Row {
+            cell: bonnie[0].cell.clone(),
+            results: bonnie.clone(),
+            note: None,
+        };
+        let note = too_fast_note(&row, "seq_create_ps").unwrap();
+        assert!(
+            note.contains("qemu/local/raw/ext4: 1 of 1 repeats too fast to time"),
+            "{note}"
+        );
+        assert_eq!(too_fast_note(&row, "seq_out_block_kps"), None);
     }
 
     /// Both sides missing: both named, each with its reason on a line of its own.
