@@ -269,8 +269,9 @@ fn fidelity_rounds_run_inside_the_cells_one_boot() {
         panic!("one cell: {:?}", rec.cells)
     };
     assert_real_randrw(c);
+    // run_ms is the measured 2 s job alone (no ramp here), not the four rounds' 8 s.
     assert!(
-        c.timings.prefill_ms > 0 && c.timings.run_ms > 3000,
+        c.timings.prefill_ms > 0 && (2000..8000).contains(&c.timings.run_ms),
         "{:?}",
         c.timings
     );
