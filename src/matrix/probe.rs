@@ -189,6 +189,9 @@ mod tests {
             .expect("an empty console is called silent at its limit");
         std::fs::write(&log, b"[    0.000000] Linux version 6.1.0\n").unwrap();
         let waited = tokio::time::timeout(Duration::from_secs(1), silent_console(&log, limit));
-        assert!(waited.await.is_err(), "a console with output was called silent");
+        assert!(
+            waited.await.is_err(),
+            "a console with output was called silent"
+        );
     }
 }
