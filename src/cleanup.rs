@@ -198,6 +198,9 @@ fn clean_run_dir(run: &Path, dry: bool, rep: &mut Report) {
         // Only a directory named after this run, so a tampered marker cannot point elsewhere.
         if work.file_name() == run.file_name() && work.exists() {
             clean_host_cells(&work, dry, rep);
+            if let Some(id) = name(run) {
+                clean_memory_caps(&id, dry, rep);
+            }
             rep.lines.push(format!("{}", work.display()));
             if !dry {
                 let _ = std::fs::remove_dir_all(&work);
@@ -229,6 +232,19 @@ fn clean_host_cells(work: &Path, dry: bool, rep: &mut Report) {
     }
     if !dry {
         host_access::remove_leftovers(&mounts, &loops);
+    }
+}
+
+/// A killed run's host cells' memory cgroups (`workload::memcap`).
+fn clean_memory_caps(run_id: &str, dry: bool, rep: &mut Report) {
+    use crate::workload::memcap;
+    let dirs = memcap::leftovers(run_id);
+    for d in &dirs {
+        rep.lines
+            .push(format!("host cell memory cgroup {}", d.display()));
+    }
+    if !dry {
+        memcap::remove_leftovers(&dirs);
     }
 }
 

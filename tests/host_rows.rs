@@ -123,6 +123,9 @@ fn host_cells_run_the_guests_workload_on_the_same_storage_and_leave_nothing() {
         guest_fio.provenance.tools["fio"]
     );
     for c in [host_bonnie, host_fio] {
+        // The engine's page cache capped at the guest's RAM (--memory 128).
+        let cap = &c.params["host_memory_cap"];
+        assert!(cap.starts_with("128 MiB (memory cgroup v"), "{cap}");
         assert_eq!(c.timings.boot_to_hello_ms, 0);
         assert_eq!(c.params["datapath"], "host (no guest)");
         assert!(num(c, "host_engine_cpu_pct") > 0.0, "{}", c.cell_id);
@@ -144,7 +147,9 @@ fn host_cells_run_the_guests_workload_on_the_same_storage_and_leave_nothing() {
         }
         assert_eq!(c.skip_kind, Some(SkipKind::Backend));
     }
-    // Nothing left: no loop device on the run's files, no mount under its work dir.
+    // Nothing left: no loop device on the run's files, no mount under its work dir, no cgroup.
+    let cgroups = vmbench::workload::memcap::leftovers(&rec.run_id);
+    assert!(cgroups.is_empty(), "memory cgroups left: {cgroups:?}");
     let (loops, mounts) = leftovers(&s.work());
     assert!(loops.is_empty(), "loop devices left: {loops}");
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");
@@ -173,7 +178,8 @@ fn host_cells_with_guest_only_options_are_refused() {
 }
 
 /// A run killed with SIGKILL in the middle of a host cell: its engine dies with it, and
-/// `vmbench cleanup` unmounts the cell's filesystem and detaches its loop device.
+/// `vmbench cleanup` unmounts the cell's filesystem, detaches its loop device and removes its
+/// memory cgroup.
 #[test]
 #[ignore = "host: root libvirtd qemu loop"]
 fn a_killed_host_cell_is_cleaned_up() {
@@ -214,6 +220,9 @@ fn a_killed_host_cell_is_cleaned_up() {
         !loops.is_empty() && !mounts.is_empty(),
         "{loops} {mounts:?}"
     );
+    let run_id = s.run_ids().pop().expect("the killed run's directory");
+    let cgroups = || vmbench::workload::memcap::leftovers(&run_id);
+    assert_eq!(cgroups().len(), 1, "the killed cell's memory cgroup");
     let out = output_within(
         std::process::Command::new(env!("CARGO_BIN_EXE_vmbench"))
             .arg("cleanup")
@@ -224,6 +233,8 @@ fn a_killed_host_cell_is_cleaned_up() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("host cell mount"), "{said}");
     assert!(said.contains("host cell loop device"), "{said}");
+    assert!(said.contains("host cell memory cgroup"), "{said}");
+    assert!(cgroups().is_empty(), "memory cgroups left: {:?}", cgroups());
     let (loops, mounts) = leftovers(&s.work());
     assert!(loops.is_empty(), "loop devices left: {loops}");
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");

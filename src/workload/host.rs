@@ -150,12 +150,15 @@ pub struct Target {
     pub dir: Option<PathBuf>,
 }
 
-/// When to give up on a step: the run's interrupt, and a deadline.
+/// A step's bounds: when to give up on it (the run's interrupt, a deadline), and the memory
+/// its engine may use.
 pub struct Stop<'a> {
     /// True once the run is interrupted.
     pub cancelled: &'a (dyn Fn() -> bool + Sync),
     /// The step's deadline.
     pub deadline: Instant,
+    /// The cgroup that caps the engine's page cache at the guest's RAM, if one could be made.
+    pub memory: Option<&'a super::memcap::MemCap>,
 }
 
 /// CPU time the kernel accounted to the engine's process (and its waited-for children).
@@ -460,11 +463,16 @@ fn run_child(mut cmd: Command, step: &'static str, stop: &Stop<'_>) -> Result<Do
     // The engine dies with vmbench (a kill -9 of the run): an orphaned engine would keep
     // writing in the cell's mount, which then neither unmounts nor lets its loop device go.
     // SAFETY: prctl is async-signal-safe; the closure touches nothing else.
+    let procs = stop.memory.map(|m| m.procs().clone());
     unsafe {
         use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // Before exec: every page the engine caches is charged to the cap.
+            if let Some(p) = &procs {
+                super::memcap::join_self(p)?;
             }
             Ok(())
         });
@@ -654,6 +662,7 @@ mod tests {
         let stop = Stop {
             cancelled: &never,
             deadline: Instant::now() + Duration::from_secs(30),
+            memory: None,
         };
         let mut cmd = Command::new("sh");
         cmd.args([
@@ -671,6 +680,7 @@ mod tests {
         let stop = Stop {
             cancelled: &always,
             deadline: Instant::now() + Duration::from_secs(30),
+            memory: None,
         };
         let mut cmd = Command::new("sleep");
         cmd.arg("30");

@@ -9,6 +9,7 @@ pub mod bonnie;
 pub mod engine;
 pub mod fio;
 pub mod host;
+pub mod memcap;
 #[cfg(test)]
 pub mod toy;
 

@@ -14,6 +14,7 @@ use crate::metrics::{self, Sources};
 use crate::storage::host_access::{HostAccess, HostFs, HostFsType, HOST_MOUNT_DIR};
 use crate::storage::{ProvisionedDisk, StorageBackend};
 use crate::workload::host::{self as on_host, CpuUsage, Engines, LayoutStep, Stop, Target};
+use crate::workload::memcap::MemCap;
 use crate::workload::{self, Parsed};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -42,17 +43,18 @@ impl CellCtx<'_, '_> {
         }
         let engines = Engines::find(&self.env.image.engine_binaries());
         self.record_engines(&engines, &plan);
+        let cap = self.memory_cap();
         let t = Instant::now();
         let (mut fs, target) = self.host_layout(&plan, &disk)?;
         let job_dir = self.work.join("host-job");
         let layout_done = |s: &&Step| workload::host::layout_step(s).is_none();
         for step in plan.steps.prep.iter().filter(layout_done) {
-            self.host_step(step, &engines, &target, &job_dir)?;
+            self.host_step(step, &engines, &target, &job_dir, cap.as_ref())?;
         }
         tokio::task::block_in_place(drop_host_caches);
         self.timings.prefill_ms = t.elapsed().as_millis() as u64;
         let t = Instant::now();
-        let m = self.host_measure(&plan, &engines, &target, &job_dir)?;
+        let m = self.host_measure(&plan, &engines, &target, &job_dir, cap.as_ref())?;
         self.timings.run_ms = t.elapsed().as_millis() as u64;
         self.env.ui.send(Output::Phase(Phase::Collect));
         for (name, text) in &m.artifacts {
@@ -129,13 +131,31 @@ impl CellCtx<'_, '_> {
         }
     }
 
-    /// One step on the host, with the run's interrupt and the job's time limit.
+    /// The memory cgroup the engine runs in, capped at the guest's RAM, named in the params;
+    /// or the reason there is none (the row is then not like for like where the workload's file
+    /// fits the host's page cache, and says so).
+    fn memory_cap(&mut self) -> Option<MemCap> {
+        let mib = self.env.cfg.memory_mib;
+        let name = format!("{}-{:03}", self.env.run_id, self.seq);
+        let (cap, said) = match MemCap::create(&name, mib) {
+            Ok(c) => {
+                let said = c.describe.clone();
+                (Some(c), said)
+            }
+            Err(why) => (None, format!("none: {why}")),
+        };
+        self.params.insert("host_memory_cap".into(), said);
+        cap
+    }
+
+    /// One step on the host, with the run's interrupt, the job's time limit and the memory cap.
     fn host_step(
         &self,
         step: &Step,
         engines: &Engines,
         target: &Target,
         job_dir: &Path,
+        memory: Option<&MemCap>,
     ) -> Result<on_host::StepRun, CellError> {
         let cfg = self.env.cfg;
         let limit = Duration::from_secs(cfg.runtime as u64 * 4 + cfg.ramp as u64 + 600);
@@ -144,6 +164,7 @@ impl CellCtx<'_, '_> {
         let stop = Stop {
             cancelled: &cancelled,
             deadline: Instant::now() + limit,
+            memory,
         };
         tokio::task::block_in_place(|| on_host::run_step(step, engines, target, job_dir, &stop))
             .map_err(|e| match e {
@@ -160,6 +181,7 @@ impl CellCtx<'_, '_> {
         engines: &Engines,
         target: &Target,
         job_dir: &Path,
+        memory: Option<&MemCap>,
     ) -> Result<Measured, CellError> {
         let src = Sources {
             server_pid: self.env.server.map(|s| s.1),
@@ -176,7 +198,7 @@ impl CellCtx<'_, '_> {
         self.env.ui.send(Output::Phase(Phase::Run));
         for (i, step) in plan.steps.measure.iter().enumerate() {
             let i = i as u32;
-            let run = self.host_step(step, engines, target, job_dir)?;
+            let run = self.host_step(step, engines, target, job_dir, memory)?;
             m.artifacts.extend(run.artifacts);
             if i > from && i <= to {
                 m.cpu = m.cpu.plus(run.cpu.unwrap_or_default());
