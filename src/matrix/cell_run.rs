@@ -285,7 +285,7 @@ impl CellCtx<'_, '_> {
             let tails = out.steps.values().map(|e| &*e.stderr_tail);
             self.params.extend(workload::mounted_device(tails));
         }
-        drop_host_caches();
+        crate::workload::drop_host_caches();
         Ok(())
     }
 
@@ -807,12 +807,6 @@ fn absolute(p: &Path) -> PathBuf {
 }
 
 /// Host page cache out of the way of the next measurement (root only; a no-op otherwise).
-fn drop_host_caches() {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-}
-
 /// Host-side figures of the measured step: start `ramp` seconds after the step before it ends,
 /// stop when the measured step ends; the server's RSS is sampled every half second in between.
 #[derive(Default)]

@@ -134,7 +134,7 @@ fn measure(
     path: &Path,
     work: &Path,
 ) -> Result<fio::FioRun, String> {
-    drop_host_caches();
+    super::drop_host_caches();
     if let Some(p) = prefill {
         run_fio(&point_at(p, path)?, work, "baseline-prefill")?;
     }
@@ -167,12 +167,6 @@ pub fn point_at(job: &str, path: &Path) -> Result<String, String> {
 }
 
 /// The host's page cache out of the way, as before the guest's run (root only).
-fn drop_host_caches() {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-}
-
 /// `path` as a fio `filename` value: fio splits file names on ':', so a colon is escaped.
 fn fio_filename(path: &Path) -> Result<String, String> {
     let s = path
@@ -181,7 +175,7 @@ fn fio_filename(path: &Path) -> Result<String, String> {
     if s.contains(['\n', '\r']) {
         return Err(format!("backing path {s:?} has a line break"));
     }
-    Ok(s.replace(':', "\\:"))
+    Ok(super::fio_escape(s))
 }
 
 /// Runs the host's fio on `text` (written to `work/NAME.fio`) and parses its JSON.

@@ -12,7 +12,7 @@
 //! Bounds: a job whose text names a target other than the cell's own disk or directory, or a
 //! bonnie++ test directory other than the mountpoint, is refused before anything runs.
 
-use super::step_name;
+use super::{fio_escape, step_name};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -251,9 +251,7 @@ pub fn run_step(
 ) -> Result<StepRun, HostStepError> {
     match step {
         Step::DropCaches => {
-            // SAFETY: sync has no preconditions.
-            unsafe { libc::sync() };
-            let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+            super::drop_host_caches();
             Ok(StepRun::default())
         }
         Step::Fio {
@@ -299,11 +297,6 @@ fn substitute(text: &str, t: &Target) -> Result<String, HostStepError> {
         s = s.replace("{dir}", &fio_escape(&dir.display().to_string()));
     }
     Ok(s)
-}
-
-/// fio splits file names on ':'.
-fn fio_escape(path: &str) -> String {
-    path.replace(':', "\\:")
 }
 
 /// The job text with its placeholders filled, refused when any line names a target that is

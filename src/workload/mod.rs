@@ -438,6 +438,19 @@ pub fn presets_of(engine: &Descriptor) -> Vec<&'static str> {
         .collect()
 }
 
+/// Writes back and drops the host's page cache (before a measured step, so that it reads the
+/// storage and not the host's memory). Best effort: without root nothing is dropped.
+pub fn drop_host_caches() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+/// `path` as a fio file name: fio splits file names on ':', so a colon is escaped.
+pub fn fio_escape(path: &str) -> String {
+    path.replace(':', "\\:")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

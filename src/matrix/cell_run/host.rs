@@ -7,12 +7,13 @@
 //! Every way out (success, failure, timeout, Ctrl-C) unmounts and detaches (`HostFs`'s Drop)
 //! before the runner tears the disk down.
 
-use super::{allocated_metric, drop_host_caches, jobs_hash, CellCtx, Window, WorkPlan};
+use super::{allocated_metric, jobs_hash, CellCtx, Window, WorkPlan};
 use crate::matrix::cell_error::CellError;
 use crate::matrix::progress::{Output, Phase};
 use crate::metrics::{self, Sources};
 use crate::storage::host_access::{HostAccess, HostFs, HostFsType, HOST_MOUNT_DIR};
 use crate::storage::{ProvisionedDisk, StorageBackend};
+use crate::workload::drop_host_caches;
 use crate::workload::host::{self as on_host, CpuUsage, Engines, LayoutStep, Stop, Target};
 use crate::workload::memcap::MemCap;
 use crate::workload::{self, Parsed};
