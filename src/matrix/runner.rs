@@ -825,9 +825,7 @@ fn provenance(conns: &Conns, image: &ImageInfo, host: &str) -> Provenance {
         .unwrap_or_default();
     Provenance {
         host: host.to_string(),
-        host_kernel: nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        host_kernel: crate::workload::host::host_kernel(),
         cpu_model: cpu_model(),
         qemu,
         libvirt,

@@ -439,20 +439,26 @@ fn why_not_measured(sys: &SeedSystem, run: &RunRecord) -> String {
 /// Which of a row's repeats bonnie++ found too fast to time (`+++++`): they count in no ratio,
 /// and the reader must see why a side has fewer repeats than ran.
 fn too_fast_note(row: &Row<'_>, key: &str) -> Option<String> {
-    let fast = (row.results.iter())
-        .filter(|r| {
-            r.metric(key)
-                .is_some_and(|m| m.value == crate::results::Value::TooFast)
-        })
-        .count();
+    let fast = too_fast(&row.results, key);
     (fast > 0).then(|| {
         format!(
-            "\n{}: {fast} of {} repeats too fast to time (bonnie++ printed +++++: its file was \
-             served from a page cache larger than the file)",
+            "\n{}: {fast} of {} repeats too fast to time (bonnie++ printed +++++: the pass \
+             ended before it could be timed, its file served from a page cache or a disk too \
+             fast for its size)",
             row.cell.label(),
             row.results.len()
         )
     })
+}
+
+/// How many of the repeats bonnie++ found too fast to time (`+++++`) for `key`.
+fn too_fast(results: &[&CellResult], key: &str) -> usize {
+    (results.iter())
+        .filter(|r| {
+            r.metric(key)
+                .is_some_and(|m| m.value == crate::results::Value::TooFast)
+        })
+        .count()
 }
 
 /// The numbers of a metric over the repeats (bonnie++'s `+++++` has none).
@@ -728,13 +734,7 @@ fn judge_conclusion(
 fn fmt_measured(results: &[&CellResult], key: &str) -> String {
     let v = values(results, key);
     match stats(&v) {
-        None if results.iter().any(|r| {
-            r.metric(key)
-                .is_some_and(|m| m.value == crate::results::Value::TooFast)
-        }) =>
-        {
-            "+++++".into()
-        }
+        None if too_fast(results, key) > 0 => "+++++".into(),
         None => "not measured".into(),
         Some(s) => {
             let sd = s
@@ -1037,6 +1037,14 @@ mod tests {
         ))
     }
 
+    /// The fixture run's bonnie++ cell.
+    fn fixture_bonnie(run: &RunRecord) -> CellResult {
+        (run.cells.iter())
+            .find(|c| c.cell.workload.to_string() == "bonnie")
+            .expect("the fixture run has a bonnie++ cell")
+            .clone()
+    }
+
     /// `against` with the configuration the run's recorded command gives.
     fn against_(run: &RunRecord, name: &str, force: bool) -> Result<String, SeedError> {
         against(
@@ -1235,12 +1243,7 @@ mod tests {
     fn lvm_vs_partition_reads_the_split_disk_and_older_runs_with_a_note() {
         use crate::cell::Layout;
         let mut run = fixture_run();
-        let bonnie = run
-            .cells
-            .iter()
-            .find(|c| c.cell.workload.to_string() == "bonnie")
-            .unwrap()
-            .clone();
+        let bonnie = fixture_bonnie(&run);
         let on = |layout| {
             let mut c = bonnie.clone();
             c.cell.layout = layout;
@@ -1269,12 +1272,7 @@ mod tests {
     fn xen_kvm_run() -> RunRecord {
         use crate::results::Outcome;
         let mut run = fixture_run();
-        let bonnie = run
-            .cells
-            .iter()
-            .find(|c| c.cell.workload.to_string() == "bonnie")
-            .unwrap()
-            .clone();
+        let bonnie = fixture_bonnie(&run);
         let cell = |hv: Hypervisor, backend: Backend, link: &str, outcome: Outcome| {
             let mut c = bonnie.clone();
             c.cell.hypervisor = hv;
