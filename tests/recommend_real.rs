@@ -300,3 +300,28 @@ fn non_dominated_set_on_three_real_cells() {
     );
     assert!(f.ci_pct.unwrap().0 > 0.0, "{f:#?}");
 }
+
+/// Host rows (`--hypervisor host`) are the host's own figures, a guest's baseline: never ranked
+/// against the guests' cells, named as baselines. (The real run's local cells stand for host
+/// rows: the same figures, the hypervisor changed.)
+#[test]
+fn host_rows_are_baselines_and_never_ranked() {
+    use vmbench::cell::Hypervisor;
+    let mut run = stored_run("export-backends-rep5.json");
+    for c in run.cells.iter_mut() {
+        if c.cell.backend.to_string() == "local" {
+            c.cell.hypervisor = Hypervisor::Host;
+        }
+    }
+    let r = recommend(&run, &ask("iops,memory")).unwrap();
+    assert_eq!(r.baselines, ["host/local/raw"]);
+    let ranked: Vec<&str> = r.ranking.iter().map(|x| x.label.as_str()).collect();
+    assert_eq!(ranked.len(), 2, "{ranked:?}");
+    assert!(ranked.iter().all(|l| l.starts_with("qemu/")), "{ranked:?}");
+    assert!(r.cells.iter().all(|c| !c.label.starts_with("host/")));
+    let text = render_text(&r);
+    assert!(
+        text.contains("not ranked: host/local/raw is a host row (no guest): a baseline"),
+        "{text}"
+    );
+}

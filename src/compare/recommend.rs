@@ -397,6 +397,9 @@ pub struct Recommendation {
     pub cells: Vec<CellFigures>,
     /// Cells with fewer than [`MIN_REPEATS`] passed repeats: not ranked.
     pub not_ranked: Vec<NotRanked>,
+    /// Labels of the run's host rows (`--hypervisor host`, of the workload): the host's own
+    /// figures on the storage, a guest's baseline and not a choice, so never ranked.
+    pub baselines: Vec<String>,
     /// Labels of the cells no other cell matches or beats on every objective, ranking order.
     pub non_dominated: Vec<String>,
     /// The others, each with a cell that dominates it.
@@ -427,7 +430,7 @@ impl Candidate {
 
 /// Ranks the passed cells of `run` as `ask` says.
 pub fn recommend(run: &RunRecord, ask: &Ask) -> Result<Recommendation, RecommendError> {
-    let (workload, all) = candidates(run, ask.workload.as_deref())?;
+    let (workload, all, baselines) = candidates(run, ask.workload.as_deref())?;
     let (cands, short): (Vec<Candidate>, Vec<Candidate>) =
         all.into_iter().partition(|c| c.n >= MIN_REPEATS);
     if cands.is_empty() || (cands.len() == 1 && !short.is_empty()) {
@@ -474,6 +477,7 @@ pub fn recommend(run: &RunRecord, ask: &Ask) -> Result<Recommendation, Recommend
                 n: c.n,
             })
             .collect(),
+        baselines,
         non_dominated,
         dominated,
         ranking,
@@ -834,10 +838,12 @@ fn figures(c: &Candidate, objectives: &[Objective], units: &Figures) -> CellFigu
 }
 
 /// The chosen workload and its passed cells, one candidate per cell id.
+/// The workload's guest cells, one candidate per cell with its repeats, and the labels of its
+/// host rows (left out: see [`Recommendation::baselines`]).
 fn candidates(
     run: &RunRecord,
     workload: Option<&str>,
-) -> Result<(String, Vec<Candidate>), RecommendError> {
+) -> Result<(String, Vec<Candidate>, Vec<String>), RecommendError> {
     let passed: Vec<&CellResult> = run
         .cells
         .iter()
@@ -851,6 +857,12 @@ fn candidates(
         .copied()
         .filter(|c| workload.is_none_or(|w| c.cell.workload.to_string() == w))
         .collect();
+    let (chosen, host): (Vec<&CellResult>, Vec<&CellResult>) = chosen
+        .into_iter()
+        .partition(|c| c.cell.hypervisor.desc().runs_guest);
+    let mut baselines: Vec<String> = host.iter().map(|c| c.cell.label()).collect();
+    baselines.sort();
+    baselines.dedup();
     if workload.is_none() && workloads.len() > 1 {
         return Err(RecommendError::MixedWorkloads {
             run: run.run_id.clone(),
@@ -874,6 +886,7 @@ fn candidates(
             .into_iter()
             .map(|(id, reps)| candidate(id, &reps))
             .collect(),
+        baselines,
     ))
 }
 
@@ -1140,6 +1153,11 @@ fn push_question(out: &mut String, r: &Recommendation) {
         out.push_str(&format!(
             "not ranked: {} has n = {} passed repeats (a ranking needs {MIN_REPEATS})\n",
             c.label, c.n
+        ));
+    }
+    for label in &r.baselines {
+        out.push_str(&format!(
+            "not ranked: {label} is a host row (no guest): a baseline, not a choice\n"
         ));
     }
 }

@@ -40,6 +40,14 @@ pub fn render(r: &Recommendation) -> String {
             n.n
         );
     }
+    for label in &r.baselines {
+        let _ = write!(
+            body,
+            "<p class=\"note\">{}: not ranked, a host row (no guest): a baseline, not a \
+             choice.</p>",
+            esc(label)
+        );
+    }
     let _ = write!(
         body,
         "<h2>Non-dominated</h2><p id=\"non-dominated\">{}</p>",
@@ -265,6 +273,7 @@ mod tests {
             method: "welch_log".into(),
             cells: vec![cell("a<1>", 500.0, 8.0), cell("b", 300.0, 9.0)],
             not_ranked: vec![],
+            baselines: vec![],
             non_dominated: vec!["a<1>".into()],
             dominated: vec![],
             ranking: vec![rank(1, "a<1>"), rank(2, "b")],
