@@ -147,6 +147,11 @@ fn host_checks(a: &DoctorOptions) -> Vec<Check> {
             crate::storage::host_access::host_support(),
             "unsupported",
         ),
+        check(
+            "host cells: page cache cap",
+            crate::workload::memcap::available(),
+            "uncapped",
+        ),
         check("disk: image cache", Ok(cache_usage(&a.image_cache)), ""),
         check("disk: runs directory", Ok(runs_usage(&a.runs_dir)), ""),
     ]

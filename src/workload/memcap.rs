@@ -32,6 +32,13 @@ enum Version {
 }
 
 impl Version {
+    fn name(self) -> &'static str {
+        match self {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        }
+    }
+
     /// The limit's file.
     fn limit_file(self) -> &'static str {
         match self {
@@ -54,10 +61,8 @@ impl MemCap {
     /// Makes `vmbench-<name>` capped at `mib`, or says why there is no memory controller to
     /// make it in (the caller records that the host row is uncapped).
     pub fn create(name: &str, mib: u64) -> Result<MemCap, String> {
-        let (root, version) = ROOTS
-            .iter()
-            .find(|(root, v)| has_memory(Path::new(root), *v))
-            .ok_or("no cgroup memory controller (neither cgroup v2's nor v1's)")?;
+        let (root, version) =
+            root().ok_or("no cgroup memory controller (neither v2's nor v1's)")?;
         let dir = Path::new(root).join(format!("vmbench-{name}"));
         let made = |e: std::io::Error| format!("{}: {e}", dir.display());
         std::fs::create_dir(&dir).map_err(made)?;
@@ -68,10 +73,7 @@ impl MemCap {
                     .into_encoded_bytes(),
             )
             .map_err(|e| e.to_string())?,
-            describe: format!(
-                "{mib} MiB (memory cgroup {})",
-                if *version == Version::V1 { "v1" } else { "v2" }
-            ),
+            describe: format!("{mib} MiB (memory cgroup {})", version.name()),
             dir,
         };
         let limit = cap.dir.join(version.limit_file());
@@ -110,6 +112,28 @@ pub fn join_self(procs: &CString) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where host cells' caps would be made, for `vmbench doctor`; or why there is nowhere.
+pub fn available() -> Result<String, String> {
+    root()
+        .map(|(root, v)| {
+            let v = v.name();
+            format!("memory cgroup {v} under {root}: the engine's page cache at the guest's RAM")
+        })
+        .ok_or_else(|| {
+            "no cgroup memory controller: a host row's page cache is the host's, not the \
+             guest's (bonnie++ block figures may be the cache's)"
+                .into()
+        })
+}
+
+/// The first root with a memory controller.
+fn root() -> Option<(&'static str, Version)> {
+    ROOTS
+        .iter()
+        .copied()
+        .find(|(root, v)| has_memory(Path::new(root), *v))
 }
 
 fn has_memory(root: &Path, v: Version) -> bool {
