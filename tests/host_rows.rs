@@ -105,6 +105,17 @@ fn host_cells_run_the_guests_workload_on_the_same_storage_and_leave_nothing() {
         host_fio.provenance.jobs, guest_fio.provenance.jobs,
         "the same job files"
     );
+    // The report divides the guest's figures by the host row's on the same storage.
+    let report = String::from_utf8_lossy(&out.stdout);
+    let line = format!(
+        "  {} vs {}: Read IOPS ",
+        guest_fio.cell.label(),
+        host_fio.cell.label()
+    );
+    assert!(
+        report.contains("Guest efficiency (guest mean / host row mean") && report.contains(&line),
+        "{report}"
+    );
     // Which binaries ran, the host's figures, and no boot.
     let engine = |c: &vmbench::results::CellResult| c.params["host_engine"].clone();
     assert!(

@@ -11,6 +11,7 @@
 //! never a number.
 
 pub mod compare_html;
+pub mod efficiency;
 pub mod html;
 pub mod latency_split;
 pub mod openmetrics;
@@ -419,7 +420,8 @@ fn push_csv_row(out: &mut String, fields: &[String]) {
 /// The terminal report of a run: the metric table (metrics as rows, cells as columns) for the
 /// cells of engines laid out so (fio), and the per-cell tables (one row per cell) of the others
 /// (bonnie++), each only when such cells exist; which is which is the engine's
-/// (`workload::TableKind`). `set` chooses the metric table's rows.
+/// (`workload::TableKind`). `set` chooses the metric table's rows. A guest cell with a host row
+/// on the same storage is followed by its efficiency ([`efficiency`]).
 pub fn text(results: &[CellResult], set: MetricSet) -> String {
     let (per_cell, by_metric): (Vec<CellResult>, Vec<CellResult>) =
         results.iter().cloned().partition(cell_rows);
@@ -430,6 +432,7 @@ pub fn text(results: &[CellResult], set: MetricSet) -> String {
     for (_, tables) in per_cell_tables(&per_cell, Flavour::Text) {
         parts.extend(tables);
     }
+    parts.extend(efficiency::text(results));
     parts.join("\n\n")
 }
 
