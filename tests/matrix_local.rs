@@ -3,6 +3,8 @@ use crate::common;
 use common::*;
 use vmbench::results::Outcome;
 
+/// qcow2 and raw on virtio-blk, and raw on virtio-scsi (whose guest loads the SCSI stack only
+/// because its controller is there: modules.scsi).
 #[test]
 #[ignore = "host: root libvirtd qemu"]
 fn two_local_cells_qcow2_and_raw() {
@@ -14,10 +16,18 @@ fn two_local_cells_qcow2_and_raw() {
         "local",
         "--format",
         "qcow2,raw",
+        "--bus",
+        "virtio-blk,virtio-scsi",
+        "--exclude",
+        "format=qcow2,bus=virtio-scsi",
     ]);
     assert_eq!(out.status.code(), Some(0));
     let (dir, rec) = s.run_record();
-    assert_eq!(rec.cells.len(), 2);
+    assert_eq!(rec.cells.len(), 3);
+    let scsi: Vec<_> = (rec.cells.iter())
+        .filter(|c| c.cell.bus == vmbench::cell::Bus::VirtioScsi)
+        .collect();
+    assert_eq!(scsi.len(), 1, "one virtio-scsi cell");
     for c in &rec.cells {
         assert_real_randrw(c);
         assert!(
@@ -54,7 +64,7 @@ fn two_local_cells_qcow2_and_raw() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(cells.len(), 2);
+    assert_eq!(cells.len(), 3);
     for c in cells {
         for f in [
             "domain.xml",

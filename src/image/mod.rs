@@ -721,9 +721,16 @@ fn add_modules(
     let boot = &kernel_recipe.modules;
     let later: Vec<String> = kernel_recipe.on_demand.clone();
     let later_full = kernel_recipe.on_demand_all();
-    let every: Vec<String> = boot.iter().chain(&later_full).cloned().collect();
+    let scsi = &kernel_recipe.scsi;
+    let every: Vec<String> = boot
+        .iter()
+        .chain(&later_full)
+        .chain(scsi)
+        .cloned()
+        .collect();
     let mods = kernel::collect(&moddir, &every, &builtin)?;
     let (at_boot, on_demand) = kernel::boot_and_on_demand_order(boot, &later, &mods, &builtin)?;
+    let (_, scsi_order) = kernel::boot_and_on_demand_order(boot, scsi, &mods, &builtin)?;
     let (_, on_demand_full) = kernel::boot_and_on_demand_order(boot, &later_full, &mods, &builtin)?;
     let module_path = |m: &str| {
         // finit_module needs an uncompressed module here; store every one as plain .ko.
@@ -732,6 +739,7 @@ fn add_modules(
     };
     for (list, order) in [
         ("modules.order", &at_boot),
+        ("modules.scsi", &scsi_order),
         ("modules.ondemand", &on_demand),
     ] {
         let mut order_text = String::new();

@@ -27,6 +27,10 @@ pub struct KernelRecipe {
     pub package: String,
     /// Modules to load at boot, by name (dependencies are added).
     pub modules: Vec<String>,
+    /// Modules the agent loads at boot only when the guest has a virtio-scsi controller
+    /// (dependencies are added; those in `modules` are not repeated). Default: none.
+    #[serde(default)]
+    pub scsi: Vec<String>,
     /// Modules the agent loads only before the first step that makes or mounts a filesystem
     /// (dependencies are added; those already loaded at boot are not repeated). Default: none.
     #[serde(default)]
@@ -101,6 +105,14 @@ mod tests {
         let r = Recipe::embedded().unwrap();
         for m in ["virtio_blk", "virtio_console", "xen_blkfront"] {
             assert!(r.kernel.modules.iter().any(|x| x == m), "{m} missing");
+        }
+        // The SCSI stack only for a guest with a virtio-scsi controller.
+        for m in ["scsi_mod", "sd_mod", "virtio_scsi"] {
+            assert!(r.kernel.scsi.iter().any(|x| x == m), "{m} missing");
+            assert!(
+                !r.kernel.modules.iter().any(|x| x == m),
+                "{m} at every boot"
+            );
         }
         // Filesystems, device-mapper and virtio-fs wait for the step that needs them: every
         // boot paid ~1.7 s (signature checks under TCG) for them before.

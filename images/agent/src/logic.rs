@@ -62,6 +62,21 @@ pub fn has_virtio_console(sysfs: &Path) -> bool {
         .any(|e| fs::read_to_string(e.path().join("device")).is_ok_and(|d| d.trim() == "0x0003"))
 }
 
+/// True when `<sysfs>/bus/pci/devices` has a virtio-scsi controller (vendor 0x1af4, device
+/// 0x1004 transitional or 0x1048 modern). PCI enumeration is built into the kernel, so this is
+/// known before any module is loaded.
+pub fn has_virtio_scsi(sysfs: &Path) -> bool {
+    let Ok(dir) = fs::read_dir(sysfs.join("bus/pci/devices")) else {
+        return false;
+    };
+    let id = |p: &Path, f: &str| fs::read_to_string(p.join(f)).map(|s| s.trim().to_string());
+    dir.filter_map(|e| e.ok()).any(|e| {
+        let p = e.path();
+        id(&p, "vendor").is_ok_and(|v| v == "0x1af4")
+            && id(&p, "device").is_ok_and(|d| d == "0x1004" || d == "0x1048")
+    })
+}
+
 /// Block devices under `<sysfs>/block`, sorted by name; loop and ram devices are skipped.
 pub fn list_block_devices(sysfs: &Path) -> Vec<BlockDevice> {
     let Ok(dir) = fs::read_dir(sysfs.join("block")) else {
@@ -361,6 +376,21 @@ mod tests {
         assert!(!has_virtio_console(&d));
         write(&d.join("bus/virtio/devices/virtio1/device"), "0x0003\n");
         assert!(has_virtio_console(&d));
+    }
+
+    #[test]
+    fn virtio_scsi_controller_is_found_by_its_pci_ids() {
+        let d = tempdir("pci");
+        assert!(!has_virtio_scsi(&d));
+        // virtio-blk (transitional) and another vendor's 0x1004.
+        write(&d.join("bus/pci/devices/0000:00:03.0/vendor"), "0x1af4\n");
+        write(&d.join("bus/pci/devices/0000:00:03.0/device"), "0x1001\n");
+        write(&d.join("bus/pci/devices/0000:00:04.0/vendor"), "0x8086\n");
+        write(&d.join("bus/pci/devices/0000:00:04.0/device"), "0x1004\n");
+        assert!(!has_virtio_scsi(&d));
+        write(&d.join("bus/pci/devices/0000:00:05.0/vendor"), "0x1af4\n");
+        write(&d.join("bus/pci/devices/0000:00:05.0/device"), "0x1004\n");
+        assert!(has_virtio_scsi(&d));
     }
 
     #[test]

@@ -96,7 +96,13 @@ fn early_mounts() -> Result<(), String> {
 }
 
 fn load_modules() -> Result<(), String> {
-    load_module_list("/etc/vmbench/modules.order")
+    load_module_list("/etc/vmbench/modules.order")?;
+    // The SCSI stack only for a guest with a virtio-scsi controller: it cost every other boot
+    // about 0.3 s under TCG.
+    if logic::has_virtio_scsi(Path::new("/sys")) {
+        load_module_list("/etc/vmbench/modules.scsi")?;
+    }
+    Ok(())
 }
 
 /// Loads the modules listed (in order) in `list`; a missing list loads nothing.
