@@ -1,6 +1,6 @@
 //! Issue 30 items 3-5: the `cloud-image-backends` preset end to end, then `recommend` on it, as
 //! the README gives them. Shortened (said here, and the only changes to the preset): CI-sized
-//! jobs (tests/common: 4 s, 32M on a 128 MiB disk, 384 MiB guests), one workload
+//! jobs (tests/common: 2 s, 32M on a 128 MiB disk, 384 MiB guests), one workload
 //! (`first-write-4k`, the one the `cloud-image` profile ranks; the preset also runs
 //! `base-read-4k`) and a storm of 2 instances (the preset sizes it for the host). Kept: Nova's
 //! five layouts, 3 repeats. Each layout that exists here passes all repeats with its boot-storm,

@@ -1,6 +1,6 @@
 //! Issue 26 item 5: a write-up's preset end to end, then `report --against-seed` on its run, as
 //! the README gives them. `longhorn-localpv-openebs`, shortened (the only changes, all CI sizes
-//! from tests/common): a 4 s job after 1 s of ramp instead of 60 s, a 32M test file instead of
+//! from tests/common): a 2 s job without ramp instead of 60 s after 5, a 32M test file instead of
 //! 200M, 384 MiB guests instead of 512, 128 MiB disks. Kept: Longhorn as ext4 on an iSCSI LUN,
 //! Local PV and OpenEBS as one host directory (virtio-fs), fio buffered (`direct=0`) on a file,
 //! 3 repeats. Shortened, the run is not the preset's: `--against-seed` refuses it (exit 2, naming
