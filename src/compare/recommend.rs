@@ -837,7 +837,6 @@ fn figures(c: &Candidate, objectives: &[Objective], units: &Figures) -> CellFigu
     }
 }
 
-/// The chosen workload and its passed cells, one candidate per cell id.
 /// The workload's guest cells, one candidate per cell with its repeats, and the labels of its
 /// host rows (left out: see [`Recommendation::baselines`]).
 fn candidates(

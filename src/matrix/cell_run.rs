@@ -806,7 +806,6 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// Host page cache out of the way of the next measurement (root only; a no-op otherwise).
 /// Host-side figures of the measured step: start `ramp` seconds after the step before it ends,
 /// stop when the measured step ends; the server's RSS is sampled every half second in between.
 #[derive(Default)]

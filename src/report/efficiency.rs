@@ -5,6 +5,8 @@
 //! by design (the host's against the guest's): the ratio says so, and it is a ratio of means
 //! with each side's n, not a test.
 
+use super::summary::metric_numbers;
+use crate::compare::stats::mean;
 use crate::results::CellResult;
 use crate::workload;
 use std::collections::BTreeMap;
@@ -70,21 +72,14 @@ fn pair_line(label: &str, guest: &[&CellResult], host: &[&CellResult]) -> String
 
 /// `key`: the ratio of means with both means, their unit and n; or why there is none.
 fn ratio(key: &str, guest: &[&CellResult], host: &[&CellResult]) -> String {
-    let values = |rs: &[&CellResult]| -> Vec<f64> {
-        (rs.iter())
-            .filter_map(|r| r.metric(key).and_then(|m| m.value.number()))
-            .collect()
-    };
-    let (g, h) = (values(guest), values(host));
+    let (g, h) = (metric_numbers(guest, key), metric_numbers(host, key));
     let (name, unit) = (guest.iter().chain(host))
         .find_map(|r| r.metric(key).map(|m| (m.label.clone(), m.unit.clone())))
         .unwrap_or_else(|| (key.to_string(), String::new()));
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    if g.is_empty() || h.is_empty() {
+    let (Some(gm), Some(hm)) = (mean(&g), mean(&h)) else {
         let which = if g.is_empty() { "guest" } else { "host" };
         return format!("{name}: no figure on the {which} side (too fast to time, or n/a)");
-    }
-    let (gm, hm) = (mean(&g), mean(&h));
+    };
     if hm <= 0.0 {
         return format!("{name}: the host row measured 0");
     }

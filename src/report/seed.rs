@@ -21,7 +21,7 @@ use crate::results::{CellResult, Outcome, RunRecord};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use summary::stats;
+use summary::{metric_numbers, stats};
 
 use super::seed_origin::{self, Origin};
 use super::summary;
@@ -461,14 +461,6 @@ fn too_fast(results: &[&CellResult], key: &str) -> usize {
         .count()
 }
 
-/// The numbers of a metric over the repeats (bonnie++'s `+++++` has none).
-fn values(results: &[&CellResult], key: &str) -> Vec<f64> {
-    results
-        .iter()
-        .filter_map(|r| r.metric(key).and_then(|m| m.value.number()))
-        .collect()
-}
-
 /// The dimensions the two systems are told apart by: set by both rules to different values.
 fn contrast(a: &CellRule, b: &CellRule) -> BTreeSet<String> {
     a.dims
@@ -691,8 +683,8 @@ fn judge_conclusion(
             let (verdict, mut detail) = judge(
                 &c.check,
                 published,
-                &values(&x.results, metric),
-                &values(&y.results, metric),
+                &metric_numbers(&x.results, metric),
+                &metric_numbers(&y.results, metric),
             );
             for row in [x, y] {
                 if let Some(note) = too_fast_note(row, metric) {
@@ -732,7 +724,7 @@ fn judge_conclusion(
 /// "mean ±sd%" of one metric over a row's repeats, "+++++" when bonnie++ was too fast every
 /// time, "not measured" without a value.
 fn fmt_measured(results: &[&CellResult], key: &str) -> String {
-    let v = values(results, key);
+    let v = metric_numbers(results, key);
     match stats(&v) {
         None if too_fast(results, key) > 0 => "+++++".into(),
         None => "not measured".into(),

@@ -55,6 +55,14 @@ pub fn t975(df: usize) -> f64 {
     }
 }
 
+/// The numbers of a metric over the repeats (bonnie++'s `+++++` and an n/a have none).
+pub fn metric_numbers(results: &[&CellResult], key: &str) -> Vec<f64> {
+    results
+        .iter()
+        .filter_map(|r| r.metric(key).and_then(|m| m.value.number()))
+        .collect()
+}
+
 /// Mean, sample stddev, min, max of `values`; `None` when empty.
 pub fn stats(values: &[f64]) -> Option<Stats> {
     let n = values.len();
