@@ -10,8 +10,9 @@
 //! Asserted: seed 0, through the store, fails the gate on night 41 only, and its trend names
 //! night 40 and the QEMU upgrade; over 200 seeds at most 1% of the nights fail without the drop
 //! (false alarms, the outlier night included), every seed finds the drop, at least 75% on night
-//! 40 or 41 (the issue asks for all: see the last assertion), and at most 5% of seeds fail again
-//! on the drop after its first night (the issue asks for none). The figures are printed.
+//! 40 or 41 (the issue asks for all: see that assertion), at least 90% of the first reports name
+//! night 40 as the drop's start, and at most 5% of seeds fail again on the drop after its first
+//! night (the issue asks for none). The figures are printed.
 
 use rand::SeedableRng;
 use rand_distr_free::normal;
@@ -125,12 +126,20 @@ fn night(rng: &mut rand::rngs::StdRng, cells: &[Cell], n: usize) -> RunRecord {
 struct Night {
     outcome: GateOutcome,
     drop_cell: bool,
+    /// The night the dropped cell's reported change began (its first, when several metrics).
+    drop_named: Option<usize>,
 }
 
 fn verdict(report: &trend::GateReport, drop_id: &str) -> Night {
     Night {
         outcome: report.outcome,
         drop_cell: report.regressions.iter().any(|f| f.cell_id == drop_id),
+        drop_named: report
+            .regressions
+            .iter()
+            .filter(|f| f.cell_id == drop_id)
+            .map(|f| f.change.night)
+            .min(),
     }
 }
 
@@ -235,6 +244,7 @@ fn two_hundred_months_false_alarms_and_detection_delay() {
     let (mut false_alarms, mut refires) = (0usize, 0usize);
     let mut delays: BTreeMap<Option<usize>, usize> = BTreeMap::new();
     let mut outlier_flags = 0;
+    let mut named: BTreeMap<Option<usize>, usize> = BTreeMap::new();
     // Seeds are independent: two threads (the CI machines have two cores).
     let months: Vec<Vec<Night>> = std::thread::scope(|sc| {
         let opts = &opts;
@@ -251,6 +261,9 @@ fn two_hundred_months_false_alarms_and_detection_delay() {
         false_alarms += (0..NIGHTS).filter(|&n| fa(n)).count();
         outlier_flags += usize::from(fa(OUTLIER_NIGHT) || fa(OUTLIER_NIGHT + 1));
         let hits: Vec<usize> = (DROP_NIGHT..NIGHTS).filter(|&n| v[n].drop_cell).collect();
+        if let Some(&n) = hits.first() {
+            *named.entry(v[n].drop_named).or_default() += 1;
+        }
         *delays
             .entry(hits.first().map(|n| n - DROP_NIGHT))
             .or_default() += 1;
@@ -265,6 +278,7 @@ fn two_hundred_months_false_alarms_and_detection_delay() {
          (on the outlier night or the one after: {outlier_flags} seeds)\n\
          detection delay of the drop (nights after night {DROP_NIGHT}: seeds): {delays:?}; \
          on night 40 or 41: {on_time} of {SEEDS}\n\
+         the night the first report names as the drop's start (night: seeds): {named:?}\n\
          the drop failing the gate again after its first night: {refires}\n{:.1} s",
         t0.elapsed().as_secs_f64()
     );
@@ -283,6 +297,13 @@ fn two_hundred_months_false_alarms_and_detection_delay() {
     assert!(
         on_time as u64 * 100 >= SEEDS * 75,
         "on time {on_time} of {SEEDS}"
+    );
+    // Where the drop began is estimated from noisy nights: a low night 39 can pull the change
+    // point a night early. Seen: night 40 in 187 of 200 seeds, 37-39 or 41 in the rest.
+    let right = named.get(&Some(DROP_NIGHT)).copied().unwrap_or(0);
+    assert!(
+        right as u64 * 100 >= SEEDS * 90,
+        "named night 40 in {right}: {named:?}"
     );
 }
 

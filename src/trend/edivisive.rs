@@ -103,7 +103,7 @@ impl Significance {
     pub fn name(&self) -> String {
         match self {
             Significance::TTest => {
-                "Student t-test between adjacent segments (Otava), spread by median absolute deviation"
+                "Student t-test between adjacent segments (Otava), location and spread by median and median absolute deviation"
                     .into()
             }
             Significance::Permutation { permutations, .. } => {
@@ -116,24 +116,37 @@ impl Significance {
 /// Two-sided pooled Student t-test p-value of `a` against `b` (1 when there are no degrees of
 /// freedom; 0 or 1 when neither side has any spread and the means differ or agree).
 pub fn student_t_p(a: &[f64], b: &[f64]) -> f64 {
-    pooled_t_p(a, b, |v| {
+    pooled_t_p(a, b, mean, |v| {
         let m = mean(v);
         v.iter().map(|x| (x - m).powi(2)).sum::<f64>()
     })
 }
 
-/// [`student_t_p`] with each side's spread taken as 1.4826 x its median absolute deviation (the
-/// standard deviation for normal data), pooled by degrees of freedom. One odd night inflates a
-/// segment's standard deviation enough to hide a real change after it (or, as the short side,
-/// to make one); it barely moves the MAD. This departs from Otava, which pools the standard
-/// deviations.
+/// [`student_t_p`] made robust to one odd night on either side: each side's location is its
+/// median and its spread 1.4826 x its median absolute deviation (the standard deviation for
+/// normal data), pooled by degrees of freedom. One odd night inflates a segment's standard
+/// deviation enough to hide a real change after it; it barely moves the MAD. Location and
+/// spread must be robust together: with the mean as location, one odd last night lifted a
+/// four-night segment's mean while its MAD ignored it, and an uncapped night became the start
+/// of a "change" that only the last night made (`one_odd_last_night_does_not_make_a_change_
+/// earlier`). This departs from Otava, which pools the standard deviations around the means.
 pub fn robust_t_p(a: &[f64], b: &[f64]) -> f64 {
-    pooled_t_p(a, b, |v| robust_sd(v).powi(2) * (v.len() - 1) as f64)
+    pooled_t_p(
+        a,
+        b,
+        |v| median(&mut v.to_vec()),
+        |v| robust_sd(v).powi(2) * (v.len() - 1) as f64,
+    )
 }
 
-/// The two-sided Student t p-value of mean(b) - mean(a) with the variance pooled from `ss`, each
+/// The two-sided Student t p-value of `loc(b) - loc(a)` with the variance pooled from `ss`, each
 /// side's sum of squares (its variance times its degrees of freedom).
-fn pooled_t_p(a: &[f64], b: &[f64], ss: impl Fn(&[f64]) -> f64) -> f64 {
+fn pooled_t_p(
+    a: &[f64],
+    b: &[f64],
+    loc: impl Fn(&[f64]) -> f64,
+    ss: impl Fn(&[f64]) -> f64,
+) -> f64 {
     let df = a.len() + b.len();
     if a.is_empty() || b.is_empty() || df <= 2 {
         return 1.0;
@@ -141,7 +154,7 @@ fn pooled_t_p(a: &[f64], b: &[f64], ss: impl Fn(&[f64]) -> f64) -> f64 {
     let df = (df - 2) as f64;
     let pooled = (ss(a) + ss(b)) / df;
     let se = (pooled * (1.0 / a.len() as f64 + 1.0 / b.len() as f64)).sqrt();
-    let (ma, mb) = (mean(a), mean(b));
+    let (ma, mb) = (loc(a), loc(b));
     if se == 0.0 {
         return if ma == mb { 1.0 } else { 0.0 };
     }
@@ -540,6 +553,27 @@ mod tests {
         assert_eq!(
             d.detect(&s).iter().map(|f| f.index).collect::<Vec<_>>(),
             [8]
+        );
+    }
+
+    /// Read latency (µs) of a fresh-clone CI's trend_nights: five nights, then the first night
+    /// with the disk capped at half its IOPS. With the mean as location and the MAD as spread,
+    /// the one capped night lifted the mean of [3297, 3436, 3327, 8608] while the MAD ignored
+    /// it: a "change" at night 2, p 9e-5, that the gate reported against an uncapped night.
+    #[test]
+    fn one_odd_last_night_does_not_make_a_change_earlier() {
+        let mut s = vec![3172.0, 2971.0, 3297.0, 3436.0, 3327.0, 8608.0];
+        let d = Detector {
+            alpha: 0.001,
+            min_magnitude_pct: 5.0,
+            min_size: 2,
+            significance: Significance::TTest,
+        };
+        assert!(d.detect(&s).is_empty(), "{:?}", d.detect(&s));
+        s.push(8702.0);
+        assert_eq!(
+            d.detect(&s).iter().map(|f| f.index).collect::<Vec<_>>(),
+            [5]
         );
     }
 
