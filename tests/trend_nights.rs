@@ -117,7 +117,10 @@ fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
         // The README's promise: a drop that begins tonight fails tomorrow's gate at the
         // earliest (one odd night is an outlier until the next confirms it). A fresh-clone run
         // once failed here, on a "change" placed at an uncapped night (the robust t-test's mean).
-        assert!(i > 0 || code != Some(1), "failed on the first capped night: {v}");
+        assert!(
+            i > 0 || code != Some(1),
+            "failed on the first capped night: {v}"
+        );
         if code == Some(1) {
             failed_on = Some((i, v, page));
             break;

@@ -13,12 +13,7 @@ use std::path::{Path, PathBuf};
 /// The whole dry-run report.
 pub fn render(cfg: &MatrixConfig) -> String {
     let plan = expand(cfg);
-    // A boot storm boots K guests on the host's CPUs after the job: under TCG about 15 s of one
-    // CPU per instance (3 instances on this 2-CPU host were all ready after 22 s).
-    let storm = (cfg.boot_storm as u64 * 15)
-        .div_ceil(crate::hypervisor::pinning::online_cpus().max(1) as u64);
-    let per_cell =
-        15 + if cfg.prefill { 10 } else { 0 } + cfg.ramp as u64 + cfg.runtime as u64 + storm;
+    let per_cell = cfg.estimated_cell_secs();
     let mut s = String::new();
     let runs = plan.order.len() as u64;
     let _ = writeln!(

@@ -346,7 +346,7 @@ impl RunCtx {
             .collect();
         self.ui.send(Output::Start {
             total: todo.len() as u64,
-            est_secs: estimate_secs(&self.cfg),
+            est_secs: self.cfg.estimated_cell_secs(),
         });
         // The plan's order filtered per host keeps `--repeat`'s interleaving on each host.
         let mut by_host: BTreeMap<HostName, Vec<(usize, u32)>> = BTreeMap::new();
@@ -539,7 +539,7 @@ impl RunCtx {
         let mut result = result;
         self.note_convergence(&mut result);
         // The cell is reported finished only once it is durable.
-        let line = outcome_line(&result.outcome);
+        let line = cell_end_line(&result);
         let file = result.clone();
         self.persist(result)?;
         RunDir::save_cell(&s.dir, &file).with_context(|| format!("writing {}", s.dir.display()))?;
@@ -735,9 +735,32 @@ pub fn outcome_line(o: &Outcome) -> String {
     }
 }
 
-fn estimate_secs(cfg: &MatrixConfig) -> u64 {
-    // Boot and teardown under TCG take about 15 s; a prefill of the test area about 10 s.
-    15 + if cfg.prefill { 10 } else { 0 } + cfg.ramp as u64 + cfg.runtime as u64
+/// A finished cell's line: its outcome, and for a passed cell its throughput facts (the verdict
+/// family's higher-is-better metrics, e.g. read and write IOPS), so the first result is on the
+/// screen when the first cell ends, not only in the table after the last.
+fn cell_end_line(r: &CellResult) -> String {
+    let line = outcome_line(&r.outcome);
+    if r.outcome != Outcome::Passed {
+        return line;
+    }
+    let figures: Vec<String> = crate::compare::family_keys(&r.cell)
+        .iter()
+        .filter_map(|k| r.metric(k))
+        .filter(|m| m.better == crate::results::Better::Higher)
+        .filter_map(|m| match m.value {
+            crate::results::Value::Number(v) => Some(format!(
+                "{} {}",
+                m.label,
+                crate::results::fmt::with_unit(v, &m.unit)
+            )),
+            _ => None,
+        })
+        .collect();
+    if figures.is_empty() {
+        line
+    } else {
+        format!("{line}: {}", figures.join(", "))
+    }
 }
 
 /// Connections per host and hypervisor, or the reason its cells cannot run. An unreachable
@@ -911,6 +934,33 @@ pub fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_passed_cell_ends_with_its_throughput_and_a_failed_one_with_its_reason() {
+        // A real guest's fio output (the seed's pg-randrw job).
+        let json = include_str!("../../tests/fixtures/fio-guest-pg-randrw.json");
+        let run = crate::workload::fio::parse(json).unwrap();
+        let mut r = CellResult::new(Cell::default(), 0, Outcome::Passed);
+        r.metrics = crate::workload::fio::metrics(&run);
+        let line = cell_end_line(&r);
+        let iops = |k: &str| match r.metric(k).unwrap().value {
+            crate::results::Value::Number(v) => crate::results::fmt::fmt_number(v, "IOPS"),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            line,
+            format!(
+                "passed: Read IOPS {} IOPS, Write IOPS {} IOPS",
+                iops("read_iops"),
+                iops("write_iops")
+            )
+        );
+        r.outcome = Outcome::Failed("boot timeout".into());
+        assert_eq!(cell_end_line(&r), "FAILED: boot timeout");
+        r.outcome = Outcome::Passed;
+        r.metrics.clear();
+        assert_eq!(cell_end_line(&r), "passed");
+    }
 
     #[test]
     fn qemu_versions_parse_from_real_output() {

@@ -2,6 +2,7 @@
 //! and (in `store.rs`) the SQLite history. A cell's record is written durably the moment the
 //! cell ends, before the next one starts.
 
+pub mod fmt;
 pub mod rundir;
 pub mod store;
 
