@@ -112,6 +112,11 @@ fn kvm_that_cannot_boot_fails_its_cell_with_the_console_tail_and_the_run_goes_on
         Outcome::Failed(r) => {
             assert!(r.contains("hello"), "{r}");
             assert!(r.contains("console tail"), "{r}");
+            // What the domain did while the host waited: its state and its CPU time.
+            assert!(
+                r.contains("; the domain is running, ") && r.contains(" s of host CPU in "),
+                "{r}"
+            );
         }
         // A host where KVM really works passes the cell: also fine, but then say so.
         Outcome::Passed => eprintln!("KVM works on this host"),

@@ -5,7 +5,7 @@
 use super::channel::Channel;
 use super::{Guest, GuestError};
 use crate::hypervisor::domain_xml::{self, DomainXmlError};
-use crate::hypervisor::libvirt::{Libvirt, LibvirtError, RunningDomain};
+use crate::hypervisor::libvirt::{DomainState, Libvirt, LibvirtError, RunningDomain};
 use crate::hypervisor::DomainSpec;
 use std::future::Future;
 use std::path::Path;
@@ -26,17 +26,63 @@ pub enum BootError {
     #[error("starting the domain: {0}")]
     Start(#[from] LibvirtError),
     /// The guest never said hello in time (or the channel failed).
-    #[error("the guest never said hello ({source}); console tail: {console_tail}")]
+    #[error("the guest never said hello ({source}; {at}); console tail: {console_tail}")]
     NoHello {
         /// The channel or protocol error.
         #[source]
         source: GuestError,
+        /// The domain when the wait ended.
+        at: AtNoHello,
         /// The last console lines, or a note that it is empty.
         console_tail: String,
     },
     /// Cancelled (Ctrl-C) before the guest said hello.
     #[error("interrupted")]
     Cancelled,
+}
+
+/// The domain as the wait for its hello ended: whether it ran, and how much CPU it had. An
+/// empty console says only that the guest printed nothing; its CPU time says why: a guest that
+/// had almost none was blocked (QEMU stuck in its disk's I/O, or starved of the host's CPUs), one
+/// that had seconds of it was running and stuck or slow inside. Read from the domain's cgroup
+/// (`Groups::Cpu`), never from QEMU's monitor, which a stuck QEMU would not answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AtNoHello {
+    /// The domain's state.
+    pub state: DomainState,
+    /// CPU time of QEMU and its vCPU threads since the start, seconds (none: not known).
+    pub cpu_s: Option<f64>,
+    /// How long the host waited, seconds.
+    pub waited_s: f64,
+}
+
+impl AtNoHello {
+    fn of(domain: &RunningDomain, waited: Duration) -> AtNoHello {
+        let cpu = domain.stats(crate::hypervisor::domstats::Groups::Cpu);
+        AtNoHello {
+            state: domain.state(),
+            cpu_s: cpu.and_then(|s| s.cpu_time_ns).map(|ns| ns as f64 / 1e9),
+            waited_s: waited.as_secs_f64(),
+        }
+    }
+}
+
+impl std::fmt::Display for AtNoHello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}",
+            crate::hypervisor::watch::describe_state(&self.state)
+        )?;
+        match self.cpu_s {
+            Some(c) => write!(
+                f,
+                ", {c:.1} s of host CPU in {:.0} s since its start",
+                self.waited_s
+            ),
+            None => write!(f, ", its CPU time unknown"),
+        }
+    }
 }
 
 /// A booted guest: the transient domain (destroyed on drop) and its agent.
@@ -58,6 +104,7 @@ pub async fn boot_and_hello(
 ) -> Result<Booted, BootError> {
     let xml = domain_xml::render(spec)?;
     let domain = conn.start_transient(&xml)?;
+    let t0 = std::time::Instant::now();
     let hello = async {
         let c = Channel::open(conn, &domain, CHANNEL_TIMEOUT).await?;
         Guest::hello(c, boot_timeout).await
@@ -70,6 +117,7 @@ pub async fn boot_and_hello(
         Ok(guest) => Ok(Booted { domain, guest }),
         Err(source) => Err(BootError::NoHello {
             source,
+            at: AtNoHello::of(&domain, t0.elapsed()),
             console_tail: console_tail(&spec.console_log),
         }),
     }

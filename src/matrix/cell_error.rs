@@ -5,6 +5,7 @@
 use super::config::SizeError;
 use super::probe::ProbeError;
 use crate::cell::{HostName, Hypervisor};
+use crate::guest::boot::AtNoHello;
 use crate::guest::GuestError;
 use crate::hypervisor::domain_xml::DomainXmlError;
 use crate::hypervisor::libvirt::{DomainState, LibvirtError};
@@ -112,10 +113,12 @@ pub enum CellError {
     #[error("no connection")]
     NoConnection,
     /// The guest never said hello in time.
-    #[error("boot: {source}{console}")]
+    #[error("boot: {source}; {at}{console}")]
     BootTimeout {
         /// The timeout.
         source: GuestError,
+        /// The domain's state and CPU time then.
+        at: AtNoHello,
         /// The console at that moment.
         console: ConsoleTail,
     },
@@ -376,9 +379,13 @@ impl CellError {
     }
 
     /// A failed boot: the hello did not come.
-    pub fn from_boot(source: GuestError, console: ConsoleTail) -> CellError {
+    pub fn from_boot(source: GuestError, at: AtNoHello, console: ConsoleTail) -> CellError {
         match source {
-            GuestError::Timeout { .. } => CellError::BootTimeout { source, console },
+            GuestError::Timeout { .. } => CellError::BootTimeout {
+                source,
+                at,
+                console,
+            },
             source => CellError::Boot { source, console },
         }
     }
@@ -420,8 +427,20 @@ mod tests {
         };
         let e = CellError::from_guest(timeout(), DomainNote::default(), console("x"));
         assert_eq!(e.kind(), FailureKind::Stalled);
-        let e = CellError::from_boot(timeout(), console(""));
+        let at = || AtNoHello {
+            state: DomainState::Running,
+            cpu_s: Some(0.4),
+            waited_s: 60.2,
+        };
+        let e = CellError::from_boot(timeout(), at(), console(""));
         assert_eq!(e.kind(), FailureKind::BootTimeout);
+        // The boot timeout says what the domain did meanwhile.
+        assert!(
+            e.to_string().contains(
+                "; the domain is running, 0.4 s of host CPU in 60 s since its start\n  console tail"
+            ),
+            "{e}"
+        );
         let closed = GuestError::Closed {
             waiting_for: "a job message".into(),
         };
@@ -432,7 +451,7 @@ mod tests {
         assert_eq!(e.kind(), FailureKind::HostileGuest);
         let bad = GuestError::Protocol("garbage".into());
         assert_eq!(
-            CellError::from_boot(bad, console("")).kind(),
+            CellError::from_boot(bad, at(), console("")).kind(),
             FailureKind::HostileGuest
         );
         let e = CellError::BadOutput(EngineError::BonnieNoCsv);
@@ -459,8 +478,19 @@ mod tests {
                 waiting_for: "the hello".into(),
                 secs: 60,
             },
+            at: AtNoHello {
+                state: DomainState::Gone,
+                cpu_s: None,
+                waited_s: 60.0,
+            },
             console: console(" \n"),
         };
+        assert!(
+            e.to_string().contains(
+                "; the domain is gone: QEMU exited or was killed, its CPU time unknown\n"
+            ),
+            "{e}"
+        );
         assert!(e
             .to_string()
             .ends_with("(console is empty: the guest printed nothing)"));

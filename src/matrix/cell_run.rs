@@ -249,9 +249,10 @@ impl CellCtx<'_, '_> {
             Err(BootError::Start(e)) => return Err(CellError::Hypervisor(e)),
             Err(BootError::Xml(e)) => return Err(CellError::DomainXml(e)),
             // The cell quotes more of the console than the probe does.
-            Err(BootError::NoHello { source, .. }) => {
+            Err(BootError::NoHello { source, at, .. }) => {
                 return Err(CellError::from_boot(
                     source,
+                    at,
                     ConsoleTail::read(&console, 15),
                 ))
             }

@@ -177,7 +177,7 @@ fn boot_error(e: BootError, spec: &DomainSpec) -> CellError {
         BootError::Cancelled => CellError::Interrupted,
         BootError::Start(e) => CellError::Hypervisor(e),
         BootError::Xml(e) => CellError::DomainXml(e),
-        BootError::NoHello { source, .. } => CellError::from_boot(source, tail(spec)),
+        BootError::NoHello { source, at, .. } => CellError::from_boot(source, at, tail(spec)),
     }
 }
 
