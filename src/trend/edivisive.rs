@@ -538,10 +538,9 @@ mod tests {
         assert!(d5.detect(&s).is_empty());
     }
 
-    #[test]
-    fn a_single_odd_last_point_is_not_a_change_with_min_size_2() {
-        let mut s = vec![100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 100.8, 99.2];
-        s.push(60.0);
+    /// With the gate's detector: no change while only the last point of `s` is odd, and one at
+    /// that point once `next` confirms it.
+    fn odd_last_then_confirmed(mut s: Vec<f64>, next: f64) {
         let d = Detector {
             alpha: 0.001,
             min_magnitude_pct: 5.0,
@@ -549,11 +548,18 @@ mod tests {
             significance: Significance::TTest,
         };
         assert!(d.detect(&s).is_empty(), "{:?}", d.detect(&s));
-        s.push(61.0);
+        let at = s.len() - 1;
+        s.push(next);
         assert_eq!(
             d.detect(&s).iter().map(|f| f.index).collect::<Vec<_>>(),
-            [8]
+            [at]
         );
+    }
+
+    #[test]
+    fn a_single_odd_last_point_is_not_a_change_with_min_size_2() {
+        let s = vec![100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 100.8, 99.2, 60.0];
+        odd_last_then_confirmed(s, 61.0);
     }
 
     /// Read latency (µs) of a fresh-clone CI's trend_nights: five nights, then the first night
@@ -562,19 +568,8 @@ mod tests {
     /// it: a "change" at night 2, p 9e-5, that the gate reported against an uncapped night.
     #[test]
     fn one_odd_last_night_does_not_make_a_change_earlier() {
-        let mut s = vec![3172.0, 2971.0, 3297.0, 3436.0, 3327.0, 8608.0];
-        let d = Detector {
-            alpha: 0.001,
-            min_magnitude_pct: 5.0,
-            min_size: 2,
-            significance: Significance::TTest,
-        };
-        assert!(d.detect(&s).is_empty(), "{:?}", d.detect(&s));
-        s.push(8702.0);
-        assert_eq!(
-            d.detect(&s).iter().map(|f| f.index).collect::<Vec<_>>(),
-            [5]
-        );
+        let s = vec![3172.0, 2971.0, 3297.0, 3436.0, 3327.0, 8608.0];
+        odd_last_then_confirmed(s, 8702.0);
     }
 
     #[test]
