@@ -121,19 +121,25 @@ fn night(rng: &mut rand::rngs::StdRng, cells: &[Cell], n: usize) -> RunRecord {
     }
 }
 
-/// One night's gate: its verdict and whether the dropped cell is among its regressions.
+/// One night's gate: its verdict and where the dropped cell's regression began, if reported.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Night {
     outcome: GateOutcome,
-    drop_cell: bool,
-    /// The night the dropped cell's reported change began (its first, when several metrics).
+    /// The night the dropped cell's reported change began (its first, when several metrics);
+    /// `None` when the dropped cell is not among tonight's regressions.
     drop_named: Option<usize>,
+}
+
+impl Night {
+    /// Whether the dropped cell is among tonight's regressions.
+    fn drop_cell(&self) -> bool {
+        self.drop_named.is_some()
+    }
 }
 
 fn verdict(report: &trend::GateReport, drop_id: &str) -> Night {
     Night {
         outcome: report.outcome,
-        drop_cell: report.regressions.iter().any(|f| f.cell_id == drop_id),
         drop_named: report
             .regressions
             .iter()
@@ -257,10 +263,10 @@ fn two_hundred_months_false_alarms_and_detection_delay() {
     for v in months {
         // A false alarm: a night that fails before the drop, or on another cell only after it.
         let fa =
-            |n: usize| v[n].outcome == GateOutcome::Fail && (n < DROP_NIGHT || !v[n].drop_cell);
+            |n: usize| v[n].outcome == GateOutcome::Fail && (n < DROP_NIGHT || !v[n].drop_cell());
         false_alarms += (0..NIGHTS).filter(|&n| fa(n)).count();
         outlier_flags += usize::from(fa(OUTLIER_NIGHT) || fa(OUTLIER_NIGHT + 1));
-        let hits: Vec<usize> = (DROP_NIGHT..NIGHTS).filter(|&n| v[n].drop_cell).collect();
+        let hits: Vec<usize> = (DROP_NIGHT..NIGHTS).filter(|&n| v[n].drop_cell()).collect();
         if let Some(&n) = hits.first() {
             *named.entry(v[n].drop_named).or_default() += 1;
         }
