@@ -20,7 +20,7 @@ use crate::image::{ImageInfo, Initrd};
 use crate::metrics::{self, qmp, Sources};
 use crate::results::{CellResult, FailureKind, Metric, Outcome, Provenance, Timings};
 use crate::storage::{ProvisionedDisk, StorageBackend};
-use crate::workload::{self, EngineHandle, EngineParams, EnginePlan, Parsed};
+use crate::workload::{self, EngineHandle, EnginePlan, Parsed};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -653,22 +653,7 @@ impl WorkPlan {
         let mkfs = workload::layout_step(cell);
         let target = workload::io_target(mkfs.is_some());
         let size_bytes = parse_size(&cfg.size).map_err(CellError::Size)?;
-        let params = EngineParams {
-            runtime: cfg.runtime,
-            ramp: cfg.ramp,
-            size: &cfg.size,
-            size_bytes,
-            prefill: cfg.prefill,
-            memory_mib: cfg.memory_mib,
-            bonnie_files: cfg.bonnie_files,
-            bonnie_size_ratio: cfg.bonnie_size_ratio,
-            disk_mib: cfg.disk_mib,
-            target,
-            overrides: &cell.job,
-            time_series: cfg.time_series,
-            latency_series: cfg.latency_series,
-            live_status: cfg.live_status,
-        };
+        let params = cfg.engine_params(cell, target, size_bytes);
         let mut steps = engine.plan(&params).map_err(CellError::Plan)?;
         // A split layout's measured side is half the disk: the disk holds two of what the
         // engine asked for.

@@ -502,20 +502,51 @@ impl MatrixConfig {
 }
 
 impl MatrixConfig {
-    /// Estimated seconds of one cell run, for the plan line and the dry run. Under TCG (a fresh
-    /// clone's default matrix, 2026-12-07): boot to hello 2.2-3.1 s, fio's start and end about
-    /// 0.6 s, teardown 0.3 s; a prefill 0.7-1.3 s at 200 MiB, 0.5 s at 32. A boot storm boots K
-    /// guests on the host's CPUs after the job: about 15 s of one CPU per instance (3 instances
-    /// on a 2-CPU host were all ready after 22 s).
-    pub fn estimated_cell_secs(&self) -> u64 {
-        let prefill = if self.prefill {
-            1 + parse_size(&self.size).map_or(200, |b| b >> 20) / 256
-        } else {
-            0
+    /// Estimated seconds of one run of `cell`, for the plan line and the dry run: about 4 s of
+    /// boot to hello, fio's start and end, and teardown under TCG (a fresh clone's default
+    /// matrix, 2026-12-07: boot 2.2-3.1 s, fio 0.6 s, teardown 0.3 s), the workload's own
+    /// estimate (its engine's, at the cell's link rate), and a boot storm after the job, which
+    /// boots K guests on the host's CPUs: about 15 s of one CPU per instance (3 instances on a
+    /// 2-CPU host were all ready after 22 s).
+    pub fn estimated_cell_secs(&self, cell: &crate::cell::Cell) -> u64 {
+        let size_bytes = parse_size(&self.size).unwrap_or(200 << 20);
+        let link_bytes_s = match cell.link {
+            Link::Shaped { rate_bps, .. } => Some(rate_bps / 8),
+            Link::Loopback => None,
         };
+        let work = crate::workload::engine(&cell.workload)
+            .map_or(u64::from(self.ramp) + u64::from(self.runtime), |e| {
+                e.estimated_secs(&self.engine_params(cell, "", size_bytes), link_bytes_s)
+            });
         let storm = (self.boot_storm as u64 * 15)
             .div_ceil(crate::hypervisor::pinning::online_cpus().max(1) as u64);
-        4 + prefill + self.ramp as u64 + self.runtime as u64 + storm
+        4 + work + storm
+    }
+
+    /// What the workload engine is told about `cell`: this config's job parameters with the
+    /// cell's sweep values, its I/O `target` and the test area's size in bytes.
+    pub fn engine_params<'a>(
+        &'a self,
+        cell: &'a crate::cell::Cell,
+        target: &'a str,
+        size_bytes: u64,
+    ) -> crate::workload::EngineParams<'a> {
+        crate::workload::EngineParams {
+            runtime: self.runtime,
+            ramp: self.ramp,
+            size: &self.size,
+            size_bytes,
+            prefill: self.prefill,
+            memory_mib: self.memory_mib,
+            bonnie_files: self.bonnie_files,
+            bonnie_size_ratio: self.bonnie_size_ratio,
+            disk_mib: self.disk_mib,
+            target,
+            overrides: &cell.job,
+            time_series: self.time_series,
+            latency_series: self.latency_series,
+            live_status: self.live_status,
+        }
     }
 
     /// Every combination of the QEMU disk tuning dimensions, in config order.
@@ -773,6 +804,40 @@ mod tests {
             .contains("valid: k, M, G, T"));
         assert!(super::parse_size("0").is_err());
         assert!(super::parse_size("M").is_err());
+    }
+
+    /// A fio cell is its job's seconds plus a prefill and the boot's; a bonnie++ cell is not
+    /// timed and takes as long as its file at the link's rate (the xen-kvm preset's plan said
+    /// "about 70 s each" of cells that took 90 s on 1 Gbit and several minutes on 100 Mbit).
+    #[test]
+    fn estimates_follow_the_workload_and_the_link() {
+        use crate::cell::Cell;
+        let cfg = MatrixConfig::default();
+        let fio = Cell::default();
+        // 4 s of boot and teardown, 1 s of prefill (200 MiB), ramp 5 s, runtime 60 s.
+        assert_eq!(cfg.estimated_cell_secs(&fio), 4 + 1 + 5 + 60);
+        let slow: Link = "100mbit".parse().unwrap();
+        let fio_slow = Cell {
+            link: slow,
+            ..Cell::default()
+        };
+        // 200 MiB over 11.9 MiB/s: 17 s of prefill.
+        assert_eq!(cfg.estimated_cell_secs(&fio_slow), 4 + 17 + 5 + 60);
+        let bonnie = |link: &str| Cell {
+            workload: WorkloadId::Preset("bonnie".into()),
+            layout: Layout::Ext4,
+            link: link.parse().unwrap(),
+            ..Cell::default()
+        };
+        let (local, gbit, mbit) = (
+            cfg.estimated_cell_secs(&bonnie("loopback")),
+            cfg.estimated_cell_secs(&bonnie("1gbit")),
+            cfg.estimated_cell_secs(&bonnie("100mbit")),
+        );
+        // 512 MiB guest, -s 1 GiB: four passes of 1 GiB.
+        assert!((80..=100).contains(&local), "{local}");
+        assert_eq!(gbit, local, "1 Gbit is faster than bonnie++ under TCG");
+        assert!((400..=460).contains(&mbit), "{mbit}");
     }
 
     use super::*;

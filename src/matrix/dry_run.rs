@@ -10,19 +10,37 @@ use crate::storage;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
+/// "7 s", or "7-380 s" when the cells' estimates differ.
+fn secs_range(est: &[u64]) -> String {
+    let (lo, hi) = (
+        est.iter().min().copied().unwrap_or(0),
+        est.iter().max().copied().unwrap_or(0),
+    );
+    if lo == hi {
+        format!("{lo} s")
+    } else {
+        format!("{lo}-{hi} s")
+    }
+}
+
 /// The whole dry-run report.
 pub fn render(cfg: &MatrixConfig) -> String {
     let plan = expand(cfg);
-    let per_cell = cfg.estimated_cell_secs();
+    let est: Vec<u64> = plan
+        .cells
+        .iter()
+        .map(|c| cfg.estimated_cell_secs(c))
+        .collect();
+    let total: u64 = plan.order.iter().map(|(i, _)| est[*i]).sum();
     let mut s = String::new();
-    let runs = plan.order.len() as u64;
     let _ = writeln!(
         s,
-        "{} cell(s) x {} repeat(s) = {runs} run(s), about {} s each, {} min in all",
+        "{} cell(s) x {} repeat(s) = {} run(s), about {} min in all ({} a run)",
         plan.cells.len(),
         repeat_label(cfg),
-        per_cell,
-        (runs * per_cell).div_ceil(60)
+        plan.order.len(),
+        total.div_ceil(60),
+        secs_range(&est)
     );
     if cfg.boot_storm > 0 {
         let _ = writeln!(
@@ -35,7 +53,14 @@ pub fn render(cfg: &MatrixConfig) -> String {
         let _ = writeln!(s, "skipped  {}: {reason}", cell.label());
     }
     for (i, cell) in plan.cells.iter().enumerate() {
-        let _ = writeln!(s, "\n== cell {}: {} ({})", i + 1, cell.label(), cell.id());
+        let _ = writeln!(
+            s,
+            "\n== cell {}: {} ({}), about {} s a run",
+            i + 1,
+            cell.label(),
+            cell.id(),
+            est[i]
+        );
         if !cell.job.is_empty() {
             let set: Vec<String> = cell
                 .job
@@ -196,7 +221,7 @@ mod sweep_tests {
 mod toy_tests {
     use super::*;
     use crate::cell::{Backend, Layout};
-    use crate::workload::{self, EngineParams};
+    use crate::workload;
     use vmbench_proto::{Filesystem, Step, Volume};
 
     /// A user's config file selecting the toys next to a real backend and workload.
@@ -287,22 +312,11 @@ workload = ["toy", "pg-randrw"]
         );
         let engine = workload::engine(&toy.workload).unwrap();
         assert_eq!(engine.name(), "toy");
-        let params = EngineParams {
-            runtime: cfg.runtime,
-            ramp: cfg.ramp,
-            size: &cfg.size,
-            size_bytes: crate::matrix::config::parse_size(&cfg.size).unwrap(),
-            prefill: cfg.prefill,
-            memory_mib: cfg.memory_mib,
-            bonnie_files: cfg.bonnie_files,
-            bonnie_size_ratio: cfg.bonnie_size_ratio,
-            disk_mib: cfg.disk_mib,
-            target: workload::io_target(mkfs.is_some()),
-            overrides: &toy.job,
-            time_series: cfg.time_series,
-            latency_series: cfg.latency_series,
-            live_status: cfg.live_status,
-        };
+        let params = cfg.engine_params(
+            toy,
+            workload::io_target(mkfs.is_some()),
+            crate::matrix::config::parse_size(&cfg.size).unwrap(),
+        );
         let steps = engine.plan(&params).unwrap();
         assert!(steps.prep.is_empty());
         let [Step::DropCaches, Step::Fio {

@@ -43,14 +43,26 @@ impl Phase {
     }
 }
 
+/// "about 120 s" below 3 minutes, else whole minutes, rounded up.
+fn fmt_duration(secs: u64) -> String {
+    if secs < 180 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", secs.div_ceil(60))
+    }
+}
+
 /// What the engine tells the UI.
 #[derive(Debug, Clone)]
 pub enum Output {
-    /// The matrix starts: how many cell runs, and the estimated seconds of each.
+    /// The matrix starts: how many cell runs, how many of them cannot run here, and how long
+    /// the rest should take.
     Start {
         /// Cell runs (cells x repeats).
         total: u64,
-        /// Estimated seconds per cell run.
+        /// Of those, runs on a hypervisor this host cannot run (reported, not run).
+        not_run: u64,
+        /// Estimated seconds of the runs that will run, together.
         est_secs: u64,
     },
     /// A cell run starts.
@@ -149,9 +161,20 @@ impl Plain {
     /// The line for `o`, if it gets one.
     fn line(&mut self, o: Output, now: std::time::Instant) -> Option<String> {
         Some(match o {
-            Output::Start { total, est_secs } => {
+            Output::Start {
+                total,
+                not_run,
+                est_secs,
+            } => {
                 self.total = total;
-                format!("matrix: {total} cell run(s), about {est_secs} s each")
+                let skipped = match not_run {
+                    0 => String::new(),
+                    n => format!(" ({n} on a hypervisor this host cannot run: reported, not run)"),
+                };
+                format!(
+                    "matrix: {total} cell run(s), about {}{skipped}",
+                    fmt_duration(est_secs)
+                )
             }
             Output::CellStart { n, label } => format!("[{n}/{}] {label}: start", self.total),
             Output::Phase(p) => format!("  phase: {}", p.as_str()),
@@ -268,13 +291,29 @@ mod tests {
         assert_eq!(
             l(
                 Output::Start {
-                    total: 4,
-                    est_secs: 30
+                    total: 69,
+                    not_run: 36,
+                    est_secs: 5_701
                 },
                 0
             )
             .as_deref(),
-            Some("matrix: 4 cell run(s), about 30 s each")
+            Some(
+                "matrix: 69 cell run(s), about 96 min (36 on a hypervisor this host cannot run: \
+                 reported, not run)"
+            )
+        );
+        assert_eq!(
+            l(
+                Output::Start {
+                    total: 4,
+                    not_run: 0,
+                    est_secs: 120
+                },
+                0
+            )
+            .as_deref(),
+            Some("matrix: 4 cell run(s), about 120 s")
         );
         let start = Output::CellStart {
             n: 2,

@@ -334,6 +334,27 @@ impl RunCtx {
         })
     }
 
+    /// The plan line: the runs to do, those on a hypervisor this host cannot run (they end at
+    /// once, reported), and the estimate of the rest, host by host (hosts run side by side,
+    /// so the longest host's sum).
+    fn start_line(&self, plan: &Plan, todo: &[(usize, u32)], conns: &Conns) -> Output {
+        let mut not_run = 0;
+        let mut per_host: BTreeMap<&HostName, u64> = BTreeMap::new();
+        for &(i, _) in todo {
+            let c = &plan.cells[i];
+            if matches!(conns.get(&(c.host.clone(), c.hypervisor)), Some(Err(_))) {
+                not_run += 1;
+            } else {
+                *per_host.entry(&c.host).or_default() += self.cfg.estimated_cell_secs(c);
+            }
+        }
+        Output::Start {
+            total: todo.len() as u64,
+            not_run,
+            est_secs: per_host.into_values().max().unwrap_or(0),
+        }
+    }
+
     /// Every cell not done yet, in the plan's order, until done or interrupted. Each host runs
     /// its cells one at a time on its own thread (a host's blocking libvirt or storage call
     /// never holds up another host); the hosts run at the same time.
@@ -344,10 +365,7 @@ impl RunCtx {
             .copied()
             .filter(|(i, r)| !self.done_has(&plan.cells[*i].id(), *r))
             .collect();
-        self.ui.send(Output::Start {
-            total: todo.len() as u64,
-            est_secs: self.cfg.estimated_cell_secs(),
-        });
+        self.ui.send(self.start_line(plan, &todo, &hosts.conns));
         // The plan's order filtered per host keeps `--repeat`'s interleaving on each host.
         let mut by_host: BTreeMap<HostName, Vec<(usize, u32)>> = BTreeMap::new();
         for (i, r) in todo {
