@@ -497,9 +497,7 @@ impl<'a> Side<'a> {
             }
             match &c.outcome {
                 Outcome::Passed => s.passed.entry(id).or_default().push(c),
-                Outcome::Failed(r) => drop(s.why_not.insert(id, format!("failed: {r}"))),
-                Outcome::Unsupported(r) => drop(s.why_not.insert(id, format!("unsupported: {r}"))),
-                Outcome::Skipped(r) => drop(s.why_not.insert(id, format!("skipped: {r}"))),
+                o => drop(s.why_not.insert(id, o.describe())),
             }
         }
         s

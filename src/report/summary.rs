@@ -151,12 +151,11 @@ impl<'a> CellGroup<'a> {
     pub fn outcome(&self) -> String {
         let n = self.repeats.len();
         let ok = self.passed().count();
-        let bad = self.repeats.iter().find_map(|r| match &r.outcome {
-            Outcome::Passed => None,
-            Outcome::Failed(w) => Some(format!("failed: {w}")),
-            Outcome::Unsupported(w) => Some(format!("unsupported: {w}")),
-            Outcome::Skipped(w) => Some(format!("skipped: {w}")),
-        });
+        let bad = self
+            .repeats
+            .iter()
+            .find(|r| r.outcome != Outcome::Passed)
+            .map(|r| r.outcome.describe());
         match (ok, bad) {
             (_, None) if n == 1 => "passed".into(),
             (_, None) => format!("passed x{n}"),

@@ -84,6 +84,20 @@ pub enum Outcome {
     Skipped(String),
 }
 
+impl Outcome {
+    /// How the cell ended, in one line: `passed`, `failed: REASON`, `unsupported: REASON`
+    /// (the reason alone when it already says "unsupported on this host"), `skipped: REASON`.
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::Passed => "passed".into(),
+            Outcome::Failed(r) => format!("failed: {r}"),
+            Outcome::Unsupported(r) if r.starts_with("unsupported") => r.clone(),
+            Outcome::Unsupported(r) => format!("unsupported: {r}"),
+            Outcome::Skipped(r) => format!("skipped: {r}"),
+        }
+    }
+}
+
 /// Wall-clock phases of a cell, in milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
@@ -355,6 +369,22 @@ mod tests {
 
     /// A run.json cell written before `failure_kind` existed (cut down from a real run).
     const OLD_RUN_JSON: &str = r#"{"run_id": "20261203-095212-499c", "started": "2026-12-03T09:52:12.485128611+00:00", "command": ["vmbench", "matrix", "--runtime", "10", "--ramp", "2"], "cells": [{"cell": {"hypervisor": "qemu", "xen_mode": null, "backend": "local", "format": "qcow2", "bus": "virtio-blk", "cache": "none", "io": "native", "layout": "raw", "workload": "pg-randrw"}, "cell_id": "qemu-local-qcow2-virtio-blk-none-native-raw-pg-randrw", "repeat": 0, "outcome": {"status": "failed", "reason": "storage server lost: the embedded tgtd (pid 7) exited during the job"}, "metrics": [{"key": "read_iops", "label": "Read IOPS", "unit": "IOPS", "better": "higher", "value": {"kind": "number", "value": 3304.069593}}], "params": {"datapath": "qemu"}, "provenance": {"host": "vm", "host_kernel": "6.18.44-fc-v1098", "cpu_model": "AMD EPYC", "qemu": "7.2.22", "libvirt": "9.0.0", "guest_kernel": "6.1.0-57-amd64", "fio": "fio-3.33", "bonnie": "2.00a+nmu1", "image": "c70360541028e85b", "vmbench": "0.1.0 (unknown)"}, "timings": {"provision_ms": 10, "boot_to_hello_ms": 9057, "run_ms": 13327, "teardown_ms": 1261, "total_ms": 23621}, "samples": {"read_iops": [3170.0, 3387.0]}}]}"#;
+
+    #[test]
+    fn an_outcome_is_described_in_one_line_without_saying_unsupported_twice() {
+        let u = |r: &str| Outcome::Unsupported(r.into()).describe();
+        assert_eq!(
+            u("unsupported on this host: no dom0"),
+            "unsupported on this host: no dom0"
+        );
+        assert_eq!(u("xen: no libxl"), "unsupported: xen: no libxl");
+        assert_eq!(Outcome::Failed("boot".into()).describe(), "failed: boot");
+        assert_eq!(
+            Outcome::Skipped("raw only".into()).describe(),
+            "skipped: raw only"
+        );
+        assert_eq!(Outcome::Passed.describe(), "passed");
+    }
 
     #[test]
     fn old_run_json_without_failure_kind_loads() {
