@@ -526,10 +526,12 @@ fn judge(check: &Check, published: Option<f64>, xa: &[f64], xb: &[f64]) -> (Verd
             ),
         );
     };
-    let (verdict, test) = decide(check, published, &ci);
+    let d = decimals(&ci, &marks(check, published));
+    let (verdict, test) = decide(check, published, &ci, d);
+    let pubs = published.map_or(pubs, |p| format!("published {p:.d$}x"));
     let detail = format!(
-        "ours {:.2}x (95% CI {:.2}-{:.2}) vs {pubs}; {test}; Welch's t on ln values, df {:.1}, \
-         n = {} + {}",
+        "ours {:.d$}x (95% CI {:.d$}-{:.d$}) vs {pubs}; {test}; Welch's t on ln values, \
+         df {:.1}, n = {} + {}",
         ci.ratio,
         ci.lo,
         ci.hi,
@@ -540,8 +542,35 @@ fn judge(check: &Check, published: Option<f64>, xa: &[f64], xb: &[f64]) -> (Verd
     (verdict, detail)
 }
 
+/// What a CI is judged against: the published ratio and its band's edges, 1, a band's edges.
+fn marks(check: &Check, published: Option<f64>) -> Vec<f64> {
+    match check {
+        Check::Ratio { about_pct, .. } => {
+            let f = 1.0 + about_pct / 100.0;
+            published.map_or(vec![1.0], |p| vec![p, p / f, p * f, 1.0])
+        }
+        Check::Higher { .. } => vec![1.0],
+        Check::Within { pct, .. } => vec![1.0 - pct / 100.0, 1.0 + pct / 100.0],
+    }
+}
+
+/// Decimals to print a CI with (2 to 4), so that each end reads apart from every mark it is
+/// judged against unless the two are equal: at 2 decimals a CI ending at 1.547 and a published
+/// 1.551 both read "1.55", and "CI excludes it" looks like a mistake.
+fn decimals(ci: &RatioCi, marks: &[f64]) -> usize {
+    let apart = |d: usize| {
+        [ci.lo, ci.hi].iter().all(|e| {
+            marks
+                .iter()
+                .all(|m| e == m || format!("{e:.d$}") != format!("{m:.d$}"))
+        })
+    };
+    (2..4).find(|&d| apart(d)).unwrap_or(4)
+}
+
 /// The verdict of a CI against a claim, and the rule applied in words.
-fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, String) {
+/// `d`: the decimals of the band's edges (as the CI's).
+fn decide(check: &Check, published: Option<f64>, ci: &RatioCi, d: usize) -> (Verdict, String) {
     let inside = |lo: f64, hi: f64| ci.lo >= lo && ci.hi <= hi;
     let apart = |lo: f64, hi: f64| ci.hi < lo || ci.lo > hi;
     match check {
@@ -555,9 +584,9 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, Stri
             let f = 1.0 + about_pct / 100.0;
             let (lo, hi) = (p / f, p * f);
             let band = if *about_pct > 0.0 {
-                format!("finding {lo:.2}-{hi:.2}x (about: ±{about_pct}%)")
+                format!("finding {lo:.d$}-{hi:.d$}x (about: ±{about_pct}%)")
             } else {
-                format!("finding {p:.2}x")
+                format!("finding {p:.d$}x")
             };
             let direction = if p > 1.0 {
                 ci.lo > 1.0
@@ -598,7 +627,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi) -> (Verdict, Stri
         }
         Check::Within { pct, .. } => {
             let (lo, hi) = (1.0 - pct / 100.0, 1.0 + pct / 100.0);
-            let band = format!("finding {lo:.2}-{hi:.2}x (within ±{pct}%)");
+            let band = format!("finding {lo:.d$}-{hi:.d$}x (within ±{pct}%)");
             if inside(lo, hi) {
                 (Verdict::Holds, format!("{band}, CI inside"))
             } else if apart(lo, hi) {
@@ -1630,6 +1659,34 @@ mod tests {
         assert_eq!(j[1].detail, "qemu/iscsi/raw/100mbit");
     }
 
+    /// The LVM write-up's rewrite (published 27928 / 18008 = 1.5508x) against a CI ending at
+    /// 1.547: "does not hold", which at 2 decimals read "CI 0.62-1.55 vs published 1.55x".
+    #[test]
+    fn a_ci_edge_next_to_the_published_ratio_gets_the_digits_that_tell_them_apart() {
+        let ci = |lo: f64, hi: f64| RatioCi {
+            ratio: (lo * hi).sqrt(),
+            lo,
+            hi,
+            df: 2.1,
+        };
+        let check = Check::Ratio {
+            metric: "seq_out_rewrite_kps".into(),
+            a: "lvm".into(),
+            b: "part".into(),
+            about_pct: 0.0,
+        };
+        let p = 27928.0 / 18008.0;
+        let marks = marks(&check, Some(p));
+        assert_eq!(decimals(&ci(0.62, 1.547), &marks), 3);
+        assert_eq!(decimals(&ci(0.62, 1.40), &marks), 2);
+        assert_eq!(decimals(&ci(0.62, 1.5506), &marks), 4);
+        let (v, detail) = judge(&check, Some(p), &[0.9, 1.0, 1.1], &[0.95, 1.0, 1.05]);
+        assert!(
+            detail.contains("published 1.55x") && detail.contains("finding 1.55x"),
+            "{v:?}: {detail}"
+        );
+    }
+
     #[test]
     fn verdict_rules_at_their_edges() {
         let ci = |lo: f64, hi: f64| RatioCi {
@@ -1644,10 +1701,10 @@ mod tests {
             b: "b".into(),
             about_pct,
         };
-        let v = |c: &Check, p: Option<f64>, lo, hi| decide(c, p, &ci(lo, hi)).0;
+        let v = |c: &Check, p: Option<f64>, lo, hi| decide(c, p, &ci(lo, hi), 2).0;
         assert_eq!(v(&ratio(0.0), Some(1.52), 1.3, 1.6), Verdict::Holds);
         assert_eq!(v(&ratio(0.0), Some(1.52), 1.1, 1.4), Verdict::DoesNotHold);
-        assert!(decide(&ratio(0.0), Some(1.52), &ci(1.1, 1.4))
+        assert!(decide(&ratio(0.0), Some(1.52), &ci(1.1, 1.4), 2)
             .1
             .contains("same direction, smaller"));
         assert!(matches!(
