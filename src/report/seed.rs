@@ -1659,16 +1659,20 @@ mod tests {
         assert_eq!(j[1].detail, "qemu/iscsi/raw/100mbit");
     }
 
+    /// A CI from its ends (centred on their geometric mean).
+    fn ci(lo: f64, hi: f64) -> RatioCi {
+        RatioCi {
+            ratio: (lo * hi).sqrt(),
+            lo,
+            hi,
+            df: 4.0,
+        }
+    }
+
     /// The LVM write-up's rewrite (published 27928 / 18008 = 1.5508x) against a CI ending at
     /// 1.547: "does not hold", which at 2 decimals read "CI 0.62-1.55 vs published 1.55x".
     #[test]
     fn a_ci_edge_next_to_the_published_ratio_gets_the_digits_that_tell_them_apart() {
-        let ci = |lo: f64, hi: f64| RatioCi {
-            ratio: (lo * hi).sqrt(),
-            lo,
-            hi,
-            df: 2.1,
-        };
         let check = Check::Ratio {
             metric: "seq_out_rewrite_kps".into(),
             a: "lvm".into(),
@@ -1689,12 +1693,6 @@ mod tests {
 
     #[test]
     fn verdict_rules_at_their_edges() {
-        let ci = |lo: f64, hi: f64| RatioCi {
-            ratio: (lo * hi).sqrt(),
-            lo,
-            hi,
-            df: 4.0,
-        };
         let ratio = |about_pct| Check::Ratio {
             metric: "m".into(),
             a: "a".into(),
