@@ -267,20 +267,31 @@ pub trait WorkloadEngine: Send + Sync {
     fn needs_filesystem(&self) -> bool {
         false
     }
-    /// Seconds the workload should take in the guest (prefill, warm-up, measurement), for the
-    /// plan's estimate; `link_bytes_s` is the cell's shaped link rate, where it has one. The
-    /// default is a timed job's (fio): its warm-up and runtime after a prefill, which under TCG
-    /// writes about 256 MiB/s (0.7-1.3 s at 200 MiB, 2026-12-07) or the link's rate if slower.
-    fn estimated_secs(&self, p: &EngineParams<'_>, link_bytes_s: Option<u64>) -> u64 {
+    /// Seconds the workload should take (prefill, warm-up, measurement) at `pace`, for the
+    /// plan's estimate. The default is a timed job's (fio): its warm-up and runtime after a
+    /// prefill, which under TCG writes about 256 MiB/s (0.7-1.3 s at 200 MiB, 2026-12-07) or
+    /// the link's rate if slower.
+    fn estimated_secs(&self, p: &EngineParams<'_>, pace: Pace) -> u64 {
         let prefill = if p.prefill {
             let mib = p.size_bytes >> 20;
-            let over_link = link_bytes_s.map_or(0, |b| (p.size_bytes / b.max(1)) + 1);
+            let over_link = pace
+                .link_bytes_s
+                .map_or(0, |b| (p.size_bytes / b.max(1)) + 1);
             (1 + mib / 256).max(over_link)
         } else {
             0
         };
         prefill + u64::from(p.ramp) + u64::from(p.runtime)
     }
+}
+
+/// What sets the pace of a cell's untimed work, for [`WorkloadEngine::estimated_secs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// The cell's shaped link rate in bytes/s, where it has one.
+    pub link_bytes_s: Option<u64>,
+    /// The workload runs in a guest (under TCG here), not on the host itself.
+    pub in_guest: bool,
 }
 
 /// A resolved engine: a preset's (static) or one built for a user job file.

@@ -17,7 +17,7 @@ use crate::cell::{UnknownValue, WorkloadId};
 pub use bonnie::Bonnie;
 pub use engine::{
     CellTable, Descriptor, EngineError, EngineHandle, EngineParams, EnginePlan, Figures, LiveIops,
-    Parsed, RateKind, TableKind, TailKind, WorkloadEngine, ENGINES,
+    Pace, Parsed, RateKind, TableKind, TailKind, WorkloadEngine, ENGINES,
 };
 pub use fio::{Fio, FioJob};
 use std::collections::BTreeMap;
