@@ -71,6 +71,8 @@ pub enum Output {
         n: u64,
         /// Label.
         label: String,
+        /// Its estimated seconds (0 when it cannot run here).
+        est_secs: u64,
     },
     /// The current cell enters a phase.
     Phase(Phase),
@@ -144,6 +146,8 @@ fn use_bars(tty: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 /// The plain renderer's state: one line per event, live figures at most every 10 s.
 struct Plain {
     total: u64,
+    /// The estimate of the runs not started yet.
+    left_secs: u64,
     last_live: Option<std::time::Instant>,
 }
 
@@ -167,6 +171,7 @@ impl Plain {
                 est_secs,
             } => {
                 self.total = total;
+                self.left_secs = est_secs;
                 let skipped = match not_run {
                     0 => String::new(),
                     n => format!(" ({n} on a hypervisor this host cannot run: reported, not run)"),
@@ -176,7 +181,10 @@ impl Plain {
                     fmt_duration(est_secs)
                 )
             }
-            Output::CellStart { n, label } => format!("[{n}/{}] {label}: start", self.total),
+            Output::CellStart { n, label, est_secs } => {
+                self.left_secs = self.left_secs.saturating_sub(est_secs);
+                format!("[{n}/{}] {label}: start", self.total)
+            }
             Output::Phase(p) => format!("  phase: {}", p.as_str()),
             Output::Live {
                 read_iops,
@@ -192,6 +200,20 @@ impl Plain {
                 self.last_live = Some(now);
                 format!("  live: read {read_iops} IOPS, write {write_iops} IOPS")
             }
+            Output::CellEnd { n, label, outcome } if n < self.total && self.left_secs > 0 => {
+                // On the outcome's first line: a failure's console tail follows it.
+                let (first, more) = outcome.split_once('\n').unwrap_or((&outcome, ""));
+                let more = if more.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{more}")
+                };
+                format!(
+                    "[{n}/{}] {label}: {first} (the rest: about {}){more}",
+                    self.total,
+                    fmt_duration(self.left_secs)
+                )
+            }
             Output::CellEnd { n, label, outcome } => {
                 format!("[{n}/{}] {label}: {outcome}", self.total)
             }
@@ -203,6 +225,7 @@ impl Plain {
 fn draw_plain(rx: mpsc::Receiver<Tagged>) {
     let mut p = Plain {
         total: 0,
+        left_secs: 0,
         last_live: None,
     };
     for (host, o) in rx {
@@ -284,6 +307,7 @@ mod tests {
     fn plain_lines_number_cells_and_throttle_live_figures() {
         let mut p = Plain {
             total: 0,
+            left_secs: 0,
             last_live: None,
         };
         let t0 = std::time::Instant::now();
@@ -318,6 +342,7 @@ mod tests {
         let start = Output::CellStart {
             n: 2,
             label: "qemu/local/raw".into(),
+            est_secs: 30,
         };
         assert_eq!(l(start, 0).as_deref(), Some("[2/4] qemu/local/raw: start"));
         assert_eq!(
@@ -339,7 +364,29 @@ mod tests {
             label: "qemu/local/raw".into(),
             outcome: "passed".into(),
         };
-        assert_eq!(l(end, 12).as_deref(), Some("[2/4] qemu/local/raw: passed"));
+        // The runs not started yet: 120 - 30 s.
+        assert_eq!(
+            l(end, 12).as_deref(),
+            Some("[2/4] qemu/local/raw: passed (the rest: about 90 s)")
+        );
+        let failed = Output::CellEnd {
+            n: 3,
+            label: "qemu/nfs/raw".into(),
+            outcome: "FAILED: boot: timed out\n  console: (empty)".into(),
+        };
+        assert_eq!(
+            l(failed, 12).as_deref(),
+            Some("[3/4] qemu/nfs/raw: FAILED: boot: timed out (the rest: about 90 s)\n  console: (empty)")
+        );
+        let last = Output::CellEnd {
+            n: 4,
+            label: "qemu/local/qcow2".into(),
+            outcome: "passed".into(),
+        };
+        assert_eq!(
+            l(last, 12).as_deref(),
+            Some("[4/4] qemu/local/qcow2: passed")
+        );
         let plain = l(Output::Line("x".into()), 12).unwrap();
         assert!(!plain.contains('\x1b'), "no escape codes in plain output");
         // Several hosts: a host's phase line names it.

@@ -342,16 +342,23 @@ impl RunCtx {
         let mut per_host: BTreeMap<&HostName, u64> = BTreeMap::new();
         for &(i, _) in todo {
             let c = &plan.cells[i];
-            if matches!(conns.get(&(c.host.clone(), c.hypervisor)), Some(Err(_))) {
-                not_run += 1;
-            } else {
-                *per_host.entry(&c.host).or_default() += self.cfg.estimated_cell_secs(c);
-            }
+            let reachable = !matches!(conns.get(&(c.host.clone(), c.hypervisor)), Some(Err(_)));
+            not_run += u64::from(!reachable);
+            *per_host.entry(&c.host).or_default() += self.estimate_if(reachable, c);
         }
         Output::Start {
             total: todo.len() as u64,
             not_run,
             est_secs: per_host.into_values().max().unwrap_or(0),
+        }
+    }
+
+    /// A run's estimate, or 0 when its hypervisor cannot be reached (it ends at once).
+    fn estimate_if(&self, reachable: bool, cell: &Cell) -> u64 {
+        if reachable {
+            self.cfg.estimated_cell_secs(cell)
+        } else {
+            0
         }
     }
 
@@ -438,9 +445,11 @@ impl RunCtx {
             }
             let seq = on.counters.seq.fetch_add(1, Ordering::SeqCst);
             let n = on.counters.n.fetch_add(1, Ordering::SeqCst) + 1;
+            let reachable = !matches!(on.conns.get(&cell.hypervisor), Some(Err(_)));
             on.ui.send(Output::CellStart {
                 n,
                 label: cell.label(),
+                est_secs: self.estimate_if(reachable, cell),
             });
             let dir = self
                 .rundir
