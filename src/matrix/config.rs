@@ -503,11 +503,11 @@ impl MatrixConfig {
 
 impl MatrixConfig {
     /// Estimated seconds of one run of `cell`, for the plan line and the dry run: about 4 s of
-    /// boot to hello, fio's start and end, and teardown under TCG (1 s on the host itself) (a fresh clone's default
-    /// matrix, 2026-12-07: boot 2.2-3.1 s, fio 0.6 s, teardown 0.3 s), the workload's own
-    /// estimate (its engine's, at the cell's link rate), and a boot storm after the job, which
-    /// boots K guests on the host's CPUs: about 15 s of one CPU per instance (3 instances on a
-    /// 2-CPU host were all ready after 22 s).
+    /// boot to hello, fio's start and end, and teardown under TCG (a fresh clone's default
+    /// matrix, 2026-12-07: boot 2.2-3.1 s, fio 0.6 s, teardown 0.3 s; 1 s for a host cell),
+    /// the workload's own estimate (its engine's, at the cell's pace), and a boot storm after
+    /// the job, which boots K guests on the host's CPUs: about 15 s of one CPU per instance (3
+    /// instances on a 2-CPU host were all ready after 22 s).
     pub fn estimated_cell_secs(&self, cell: &crate::cell::Cell) -> u64 {
         let size_bytes = parse_size(&self.size).unwrap_or(200 << 20);
         let in_guest = cell.hypervisor.desc().runs_guest;
