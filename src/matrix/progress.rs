@@ -144,6 +144,7 @@ fn use_bars(tty: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 }
 
 /// The plain renderer's state: one line per event, live figures at most every 10 s.
+#[derive(Default)]
 struct Plain {
     total: u64,
     /// The estimate of the runs not started yet.
@@ -223,11 +224,7 @@ impl Plain {
 }
 
 fn draw_plain(rx: mpsc::Receiver<Tagged>) {
-    let mut p = Plain {
-        total: 0,
-        left_secs: 0,
-        last_live: None,
-    };
+    let mut p = Plain::default();
     for (host, o) in rx {
         if let Some(l) = p.tagged(host.as_deref(), o, std::time::Instant::now()) {
             // stderr may be a pipe whose reader left (`2>&1 | head`): the run goes on.
@@ -304,29 +301,28 @@ mod tests {
     }
 
     #[test]
-    fn plain_lines_number_cells_and_throttle_live_figures() {
-        let mut p = Plain {
-            total: 0,
-            left_secs: 0,
-            last_live: None,
+    fn the_plan_line_gives_the_estimate_and_what_cannot_run_here() {
+        let start = Output::Start {
+            total: 69,
+            not_run: 36,
+            est_secs: 5_701,
         };
-        let t0 = std::time::Instant::now();
-        let mut l = |o, secs| p.line(o, t0 + Duration::from_secs(secs));
         assert_eq!(
-            l(
-                Output::Start {
-                    total: 69,
-                    not_run: 36,
-                    est_secs: 5_701
-                },
-                0
-            )
-            .as_deref(),
+            Plain::default()
+                .line(start, std::time::Instant::now())
+                .as_deref(),
             Some(
                 "matrix: 69 cell run(s), about 96 min (36 on a hypervisor this host cannot run: \
                  reported, not run)"
             )
         );
+    }
+
+    #[test]
+    fn plain_lines_number_cells_and_throttle_live_figures() {
+        let mut p = Plain::default();
+        let t0 = std::time::Instant::now();
+        let mut l = |o, secs| p.line(o, t0 + Duration::from_secs(secs));
         assert_eq!(
             l(
                 Output::Start {
@@ -359,34 +355,33 @@ mod tests {
         );
         assert_eq!(l(live(6), 5), None, "a second live line within 10 s");
         assert!(l(live(7), 11).is_some());
-        let end = Output::CellEnd {
-            n: 2,
-            label: "qemu/local/raw".into(),
-            outcome: "passed".into(),
+        let end = |n, label: &str, outcome: &str| Output::CellEnd {
+            n,
+            label: label.into(),
+            outcome: outcome.into(),
         };
-        // The runs not started yet: 120 - 30 s.
-        assert_eq!(
-            l(end, 12).as_deref(),
-            Some("[2/4] qemu/local/raw: passed (the rest: about 90 s)")
-        );
-        let failed = Output::CellEnd {
-            n: 3,
-            label: "qemu/nfs/raw".into(),
-            outcome: "FAILED: boot: timed out\n  console: (empty)".into(),
-        };
-        assert_eq!(
-            l(failed, 12).as_deref(),
-            Some("[3/4] qemu/nfs/raw: FAILED: boot: timed out (the rest: about 90 s)\n  console: (empty)")
-        );
-        let last = Output::CellEnd {
-            n: 4,
-            label: "qemu/local/qcow2".into(),
-            outcome: "passed".into(),
-        };
-        assert_eq!(
-            l(last, 12).as_deref(),
-            Some("[4/4] qemu/local/qcow2: passed")
-        );
+        // The runs not started yet: 120 - 30 s; on a failure's first line; none after the last.
+        for (o, want) in [
+            (
+                end(2, "qemu/local/raw", "passed"),
+                "[2/4] qemu/local/raw: passed (the rest: about 90 s)",
+            ),
+            (
+                end(
+                    3,
+                    "qemu/nfs/raw",
+                    "FAILED: boot: timed out\n  console: (empty)",
+                ),
+                "[3/4] qemu/nfs/raw: FAILED: boot: timed out (the rest: about 90 s)\n  console: \
+                 (empty)",
+            ),
+            (
+                end(4, "qemu/local/qcow2", "passed"),
+                "[4/4] qemu/local/qcow2: passed",
+            ),
+        ] {
+            assert_eq!(l(o, 12).as_deref(), Some(want));
+        }
         let plain = l(Output::Line("x".into()), 12).unwrap();
         assert!(!plain.contains('\x1b'), "no escape codes in plain output");
         // Several hosts: a host's phase line names it.
