@@ -542,16 +542,33 @@ fn judge(check: &Check, published: Option<f64>, xa: &[f64], xb: &[f64]) -> (Verd
     (verdict, detail)
 }
 
-/// What a CI is judged against: the published ratio and its band's edges, 1, a band's edges.
-fn marks(check: &Check, published: Option<f64>) -> Vec<f64> {
+/// The band a claim's CI is judged against: a published ratio within its "about" (the ratio
+/// itself when exact), or 1 within "within N%"; none for a direction-only claim.
+fn band(check: &Check, published: Option<f64>) -> Option<(f64, f64)> {
     match check {
-        Check::Ratio { about_pct, .. } => {
-            let f = 1.0 + about_pct / 100.0;
-            published.map_or(vec![1.0], |p| vec![p, p / f, p * f, 1.0])
-        }
-        Check::Higher { .. } => vec![1.0],
-        Check::Within { pct, .. } => vec![1.0 - pct / 100.0, 1.0 + pct / 100.0],
+        Check::Ratio { about_pct, .. } => published.map(|p| ratio_band(p, *about_pct)),
+        Check::Higher { .. } => None,
+        Check::Within { pct, .. } => Some(within_band(*pct)),
     }
+}
+
+/// A published ratio `p` give or take `about_pct` percent (as a factor, either way).
+fn ratio_band(p: f64, about_pct: f64) -> (f64, f64) {
+    let f = 1.0 + about_pct / 100.0;
+    (p / f, p * f)
+}
+
+/// 1 give or take `pct` percent.
+fn within_band(pct: f64) -> (f64, f64) {
+    (1.0 - pct / 100.0, 1.0 + pct / 100.0)
+}
+
+/// What a CI is judged against: 1, the band's edges and the published ratio.
+fn marks(check: &Check, published: Option<f64>) -> Vec<f64> {
+    let mut m = vec![1.0];
+    m.extend(band(check, published).map_or(vec![], |(lo, hi)| vec![lo, hi]));
+    m.extend(published.filter(|_| matches!(check, Check::Ratio { .. })));
+    m
 }
 
 /// Decimals to print a CI with (2 to 4), so that each end reads apart from every mark it is
@@ -581,8 +598,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi, d: usize) -> (Ver
                     "no published ratio to check".into(),
                 );
             };
-            let f = 1.0 + about_pct / 100.0;
-            let (lo, hi) = (p / f, p * f);
+            let (lo, hi) = ratio_band(p, *about_pct);
             let band = if *about_pct > 0.0 {
                 format!("finding {lo:.d$}-{hi:.d$}x (about: ±{about_pct}%)")
             } else {
@@ -626,7 +642,7 @@ fn decide(check: &Check, published: Option<f64>, ci: &RatioCi, d: usize) -> (Ver
             }
         }
         Check::Within { pct, .. } => {
-            let (lo, hi) = (1.0 - pct / 100.0, 1.0 + pct / 100.0);
+            let (lo, hi) = within_band(*pct);
             let band = format!("finding {lo:.d$}-{hi:.d$}x (within ±{pct}%)");
             if inside(lo, hi) {
                 (Verdict::Holds, format!("{band}, CI inside"))
