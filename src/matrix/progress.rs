@@ -203,12 +203,7 @@ impl Plain {
             }
             Output::CellEnd { n, label, outcome } if n < self.total && self.left_secs > 0 => {
                 // On the outcome's first line: a failure's console tail follows it.
-                let (first, more) = outcome.split_once('\n').unwrap_or((&outcome, ""));
-                let more = if more.is_empty() {
-                    String::new()
-                } else {
-                    format!("\n{more}")
-                };
+                let (first, more) = outcome.split_at(outcome.find('\n').unwrap_or(outcome.len()));
                 format!(
                     "[{n}/{}] {label}: {first} (the rest: about {}){more}",
                     self.total,
