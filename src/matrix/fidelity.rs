@@ -60,6 +60,11 @@ pub enum Variants {
     Pair,
     /// `full`, `hand` and each instrument off alone.
     All,
+    /// `full`, every per-second log off, and the latency logs alone off: the instrument the
+    /// earlier `all` runs put the cost on, with more rounds in the same time.
+    Logs,
+    /// The nightly gate's instruments (every one but the latency logs) and `hand`.
+    Gate,
 }
 
 impl Variants {
@@ -74,6 +79,8 @@ impl Variants {
                 Variant::NoStatus,
                 Variant::NoWatchdog,
             ],
+            Variants::Logs => &[Variant::Full, Variant::NoLogs, Variant::NoLatLogs],
+            Variants::Gate => &[Variant::NoLatLogs, Variant::Hand],
         }
     }
 }
@@ -84,7 +91,11 @@ impl std::str::FromStr for Variants {
         match s {
             "pair" => Ok(Variants::Pair),
             "all" => Ok(Variants::All),
-            other => Err(format!("unknown variants '{other}' (valid: pair, all)")),
+            "logs" => Ok(Variants::Logs),
+            "gate" => Ok(Variants::Gate),
+            other => Err(format!(
+                "unknown variants '{other}' (valid: pair, all, logs, gate)"
+            )),
         }
     }
 }
@@ -178,9 +189,17 @@ mod tests {
         assert_eq!(on(NoStatus), (true, true, false, true));
         assert_eq!(on(NoWatchdog), (true, true, true, false));
         assert_eq!("all".parse::<Variants>(), Ok(Variants::All));
+        assert_eq!(
+            Plan {
+                pairs: 1,
+                variants: "logs".parse().unwrap()
+            }
+            .order(),
+            [(0, Full), (0, NoLogs), (0, NoLatLogs)]
+        );
         assert!("some"
             .parse::<Variants>()
             .unwrap_err()
-            .contains("pair, all"));
+            .contains("pair, all, logs, gate"));
     }
 }
