@@ -525,7 +525,16 @@ impl MatrixConfig {
         let storm = (self.boot_storm as u64 * 15)
             .div_ceil(crate::hypervisor::pinning::online_cpus().max(1) as u64);
         let boot = if in_guest { 4 } else { 1 };
-        boot + work + storm
+        boot + work + storm + self.fidelity_secs()
+    }
+
+    /// The in-boot fidelity rounds' seconds: each job its ramp and runtime, and about a second
+    /// for the cache drop and fio's start under TCG (the plan once said "about 33 s" of a run
+    /// that took 14 minutes).
+    fn fidelity_secs(&self) -> u64 {
+        self.fidelity.map_or(0, |plan| {
+            plan.order().len() as u64 * (u64::from(self.ramp) + u64::from(self.runtime) + 1)
+        })
     }
 
     /// What the workload engine is told about `cell`: this config's job parameters with the
@@ -852,6 +861,18 @@ mod tests {
         };
         let on_host = cfg.estimated_cell_secs(&host);
         assert!((5..=20).contains(&on_host), "{on_host}");
+        // In-boot fidelity rounds: 2 rounds x 3 jobs of 5 + 60 s, and a second each.
+        let rounds = MatrixConfig {
+            fidelity: Some(crate::matrix::fidelity::Plan {
+                pairs: 2,
+                variants: crate::matrix::fidelity::Variants::Logs,
+            }),
+            ..MatrixConfig::default()
+        };
+        assert_eq!(
+            rounds.estimated_cell_secs(&fio),
+            cfg.estimated_cell_secs(&fio) + 6 * 66
+        );
     }
 
     use super::*;
