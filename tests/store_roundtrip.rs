@@ -111,6 +111,7 @@ fn result(backend: Backend, repeat: u32, outcome: Outcome, host: &str) -> CellRe
         timings: Timings {
             provision_ms: 1,
             boot_to_hello_ms: 8000,
+            domain_start_ms: 612,
             prefill_ms: 1234,
             run_ms: u64::MAX,
             teardown_ms: 0,

@@ -91,6 +91,8 @@ pub struct Booted {
     pub domain: RunningDomain,
     /// The agent, past its hello.
     pub guest: Guest,
+    /// How long libvirt's domain start call took (part of the boot).
+    pub domain_start: Duration,
 }
 
 /// Starts `spec` as a transient domain, connects the agent channel and waits up to
@@ -103,7 +105,9 @@ pub async fn boot_and_hello(
     cancelled: impl Future<Output = ()>,
 ) -> Result<Booted, BootError> {
     let xml = domain_xml::render(spec)?;
+    let t_start = std::time::Instant::now();
     let domain = conn.start_transient(&xml)?;
+    let domain_start = t_start.elapsed();
     let t0 = std::time::Instant::now();
     let hello = async {
         let c = Channel::open(conn, &domain, CHANNEL_TIMEOUT).await?;
@@ -114,7 +118,11 @@ pub async fn boot_and_hello(
         _ = cancelled => return Err(BootError::Cancelled),
     };
     match r {
-        Ok(guest) => Ok(Booted { domain, guest }),
+        Ok(guest) => Ok(Booted {
+            domain,
+            guest,
+            domain_start,
+        }),
         Err(source) => Err(BootError::NoHello {
             source,
             at: AtNoHello::of(&domain, t0.elapsed()),

@@ -244,7 +244,10 @@ impl CellCtx<'_, '_> {
         let cancelled = self.env.cancel.cancelled();
         let booted = boot_and_hello(self.env.conn, spec, boot_timeout, cancelled).await;
         let (dom, guest) = match booted {
-            Ok(b) => (Arc::new(b.domain), b.guest),
+            Ok(b) => {
+                self.timings.domain_start_ms = b.domain_start.as_millis() as u64;
+                (Arc::new(b.domain), b.guest)
+            }
             Err(BootError::Cancelled) => return Err(CellError::Interrupted),
             Err(BootError::Start(e)) => return Err(CellError::Hypervisor(e)),
             Err(BootError::Xml(e)) => return Err(CellError::DomainXml(e)),

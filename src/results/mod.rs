@@ -105,6 +105,11 @@ pub struct Timings {
     pub provision_ms: u64,
     /// Domain start to the agent's hello.
     pub boot_to_hello_ms: u64,
+    /// Of `boot_to_hello_ms`, libvirt's domain start call alone (the QEMU process, its monitor
+    /// handshake, libvirt's own setup), so a slow boot says whether libvirt or the guest took
+    /// the time. 0 in records made before store schema 8.
+    #[serde(default)]
+    pub domain_start_ms: u64,
     /// The steps before the measured job (mkfs, mount, the engine's prefill) and dropping the
     /// host's caches. 0 in records made before it was split out (store schema 7), whose `run_ms`
     /// includes it.

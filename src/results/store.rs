@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes. Older databases are migrated; newer ones are refused.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to `i + 1`; version 0 is an empty file.
 const MIGRATIONS: &[&str] = &[
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
 ];
 
 const SCHEMA_V1: &str = "
@@ -125,6 +125,9 @@ const SCHEMA_V6: &str = "ALTER TABLE cells ADD COLUMN skip_kind TEXT;";
 /// Version 7: the prefill's time apart from the measured job's (0 in older rows, whose
 /// `run_ms` includes it).
 const SCHEMA_V7: &str = "ALTER TABLE cells ADD COLUMN prefill_ms INTEGER NOT NULL DEFAULT 0;";
+
+/// Version 8: libvirt's domain start apart within the boot (0 in older rows).
+const SCHEMA_V8: &str = "ALTER TABLE cells ADD COLUMN domain_start_ms INTEGER NOT NULL DEFAULT 0;";
 
 /// Run statuses that mean the run did not cover its matrix, so it cannot be "last-good".
 const INCOMPLETE_STATUSES: &[&str] = &["running", "interrupted", "aborted", "failed"];
@@ -632,7 +635,7 @@ impl Store {
             .prepare(
                 "SELECT id, cell_id, repeat, cell, outcome, reason, provision_ms,
                     boot_to_hello_ms, run_ms, teardown_ms, total_ms, failure_kind, skip_kind,
-                    prefill_ms
+                    prefill_ms, domain_start_ms
                  FROM cells WHERE run_id = ?1 ORDER BY id",
             )
             .ctx("loading cells")?;
@@ -652,6 +655,7 @@ impl Store {
                         teardown_ms: r.get::<_, i64>(9)? as u64,
                         total_ms: r.get::<_, i64>(10)? as u64,
                         prefill_ms: r.get::<_, i64>(13)? as u64,
+                        domain_start_ms: r.get::<_, i64>(14)? as u64,
                     },
                     failure_kind: r.get(11)?,
                     skip_kind: r.get(12)?,
@@ -906,8 +910,8 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
     tx.execute(
         "INSERT INTO cells (run_id, cell_id, repeat, cell, outcome, reason, provision_ms,
             boot_to_hello_ms, run_ms, teardown_ms, total_ms, metric_count, failure_kind,
-            skip_kind, prefill_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            skip_kind, prefill_ms, domain_start_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         params![
             run_id,
             c.cell_id,
@@ -924,6 +928,7 @@ fn insert_cell(tx: &Transaction<'_>, run_id: &str, c: &CellResult) -> Result<(),
             c.failure_kind.map(FailureKind::as_str),
             c.skip_kind.map(SkipKind::as_str),
             t.prefill_ms as i64,
+            t.domain_start_ms as i64,
         ],
     )
     .ctx(&format!("inserting cell {} repeat {}", c.cell_id, c.repeat))?;
