@@ -3,6 +3,7 @@
 //! broken image) ends in an error carrying the console's tail, never in a hang.
 
 use super::channel::Channel;
+use super::vcpus::{self, VcpuAt};
 use super::{Guest, GuestError};
 use crate::hypervisor::domain_xml::{self, DomainXmlError};
 use crate::hypervisor::libvirt::{DomainState, Libvirt, LibvirtError, RunningDomain};
@@ -54,15 +55,31 @@ pub struct AtNoHello {
     pub cpu_s: Option<f64>,
     /// How long the host waited, seconds.
     pub waited_s: f64,
+    /// Where its vCPUs were (empty: not read, or QEMU did not answer within [`VCPU_READ_LIMIT`]).
+    pub vcpus: Vec<VcpuAt>,
 }
+
+/// How long a running domain's QEMU may take to dump its vCPUs' registers; one that does not
+/// answer is stuck itself, which its CPU time already tells.
+const VCPU_READ_LIMIT: Duration = Duration::from_secs(3);
 
 impl AtNoHello {
     fn of(domain: &RunningDomain, waited: Duration) -> AtNoHello {
         let cpu = domain.stats(crate::hypervisor::domstats::Groups::Cpu);
+        let state = domain.state();
+        // Only a running QEMU is asked (Xen's libxl has no QEMU monitor: its answer is an error).
+        let vcpus = match state {
+            DomainState::Running => domain
+                .qmp_within(vcpus::INFO_REGISTERS, VCPU_READ_LIMIT)
+                .map(|r| vcpus::parse_reply(&r))
+                .unwrap_or_default(),
+            _ => vec![],
+        };
         AtNoHello {
-            state: domain.state(),
+            state,
             cpu_s: cpu.and_then(|s| s.cpu_time_ns).map(|ns| ns as f64 / 1e9),
             waited_s: waited.as_secs_f64(),
+            vcpus,
         }
     }
 }
@@ -79,9 +96,14 @@ impl std::fmt::Display for AtNoHello {
                 f,
                 ", {c:.1} s of host CPU in {:.0} s since its start",
                 self.waited_s
-            ),
-            None => write!(f, ", its CPU time unknown"),
+            )?,
+            None => write!(f, ", its CPU time unknown")?,
         }
+        let vcpus: Vec<String> = self.vcpus.iter().map(|v| v.to_string()).collect();
+        if !vcpus.is_empty() {
+            write!(f, "; {}", vcpus.join(", "))?;
+        }
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod boot;
 pub mod channel;
 pub mod dirs;
+pub mod vcpus;
 
 use channel::Channel;
 use std::collections::BTreeMap;

@@ -333,6 +333,19 @@ impl RunningDomain {
             .map_err(call_err("QMP command"))
     }
 
+    /// A QMP command that may not be answered (a guest stuck where QEMU is stuck too): its reply
+    /// if one comes within `limit`. The call runs on a thread of its own, which a later
+    /// `destroy` releases.
+    pub fn qmp_within(&self, command_json: &str, limit: Duration) -> Option<String> {
+        let dom = self.handle()?;
+        let cmd = command_json.to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(dom.qemu_monitor_command(&cmd, 0));
+        });
+        rx.recv_timeout(limit).ok()?.ok()
+    }
+
     /// Destroys the domain now. Safe to call more than once.
     pub fn destroy(&self) {
         let channels =

@@ -117,8 +117,9 @@ pub enum CellError {
     BootTimeout {
         /// The timeout.
         source: GuestError,
-        /// The domain's state and CPU time then.
-        at: AtNoHello,
+        /// The domain's state, CPU time and vCPUs then (boxed: the rarest variant need not
+        /// widen every `Result<_, CellError>`).
+        at: Box<AtNoHello>,
         /// The console at that moment.
         console: ConsoleTail,
     },
@@ -383,7 +384,7 @@ impl CellError {
         match source {
             GuestError::Timeout { .. } => CellError::BootTimeout {
                 source,
-                at,
+                at: Box::new(at),
                 console,
             },
             source => CellError::Boot { source, console },
@@ -431,6 +432,7 @@ mod tests {
             state: DomainState::Running,
             cpu_s: Some(0.4),
             waited_s: 60.2,
+            vcpus: vec![],
         };
         let e = CellError::from_boot(timeout(), at(), console(""));
         assert_eq!(e.kind(), FailureKind::BootTimeout);
@@ -478,11 +480,12 @@ mod tests {
                 waiting_for: "the hello".into(),
                 secs: 60,
             },
-            at: AtNoHello {
+            at: Box::new(AtNoHello {
                 state: DomainState::Gone,
                 cpu_s: None,
                 waited_s: 60.0,
-            },
+                vcpus: vec![],
+            }),
             console: console(" \n"),
         };
         assert!(
