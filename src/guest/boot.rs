@@ -40,6 +40,21 @@ pub enum BootError {
     /// Cancelled (Ctrl-C) before the guest said hello.
     #[error("interrupted")]
     Cancelled,
+    /// The caller stopped waiting before the boot timeout (the probe's silent console).
+    #[error("the host stopped waiting ({at})")]
+    GaveUp {
+        /// The domain then.
+        at: Box<AtNoHello>,
+    },
+}
+
+/// Why the caller's stop future ended the wait for the hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Ctrl-C: the domain goes at once, nothing more is read from it.
+    Cancelled,
+    /// The caller gave up on the guest: the domain is described first, as after a timeout.
+    GaveUp,
 }
 
 /// The domain as the wait for its hello ended: whether it ran, and how much CPU it had. An
@@ -118,13 +133,13 @@ pub struct Booted {
 }
 
 /// Starts `spec` as a transient domain, connects the agent channel and waits up to
-/// `boot_timeout` for the hello; `cancelled` resolving aborts the wait. On any failure the domain
-/// is destroyed before returning.
+/// `boot_timeout` for the hello; `stop` resolving ends the wait (see [`Stop`]). On any failure
+/// the domain is destroyed before returning.
 pub async fn boot_and_hello(
     conn: &Libvirt,
     spec: &DomainSpec,
     boot_timeout: Duration,
-    cancelled: impl Future<Output = ()>,
+    stop: impl Future<Output = Stop>,
 ) -> Result<Booted, BootError> {
     let xml = domain_xml::render(spec)?;
     let t_start = std::time::Instant::now();
@@ -137,7 +152,12 @@ pub async fn boot_and_hello(
     };
     let r = tokio::select! {
         r = hello => r,
-        _ = cancelled => return Err(BootError::Cancelled),
+        s = stop => return Err(match s {
+            Stop::Cancelled => BootError::Cancelled,
+            Stop::GaveUp => BootError::GaveUp {
+                at: Box::new(AtNoHello::of(&domain, t0.elapsed())),
+            },
+        }),
     };
     match r {
         Ok(guest) => Ok(Booted {

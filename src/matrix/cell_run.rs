@@ -56,6 +56,11 @@ impl Cancel {
             n.await;
         }
     }
+    /// Resolves when cancelled, as a boot's stop (`boot_and_hello`).
+    pub async fn interrupted(&self) -> crate::guest::boot::Stop {
+        self.cancelled().await;
+        crate::guest::boot::Stop::Cancelled
+    }
 }
 
 /// What a cell needs from the matrix run.
@@ -241,14 +246,16 @@ impl CellCtx<'_, '_> {
         let t = Instant::now();
         let boot_timeout = Duration::from_secs(self.env.cfg.boot_timeout);
         let console = spec.console_log.clone();
-        let cancelled = self.env.cancel.cancelled();
+        let cancelled = self.env.cancel.interrupted();
         let booted = boot_and_hello(self.env.conn, spec, boot_timeout, cancelled).await;
         let (dom, guest) = match booted {
             Ok(b) => {
                 self.timings.domain_start_ms = b.domain_start.as_millis() as u64;
                 (Arc::new(b.domain), b.guest)
             }
-            Err(BootError::Cancelled) => return Err(CellError::Interrupted),
+            Err(BootError::Cancelled | BootError::GaveUp { .. }) => {
+                return Err(CellError::Interrupted)
+            }
             Err(BootError::Start(e)) => return Err(CellError::Hypervisor(e)),
             Err(BootError::Xml(e)) => return Err(CellError::DomainXml(e)),
             // The cell quotes more of the console than the probe does.

@@ -37,14 +37,17 @@ pub enum ProbeError {
     /// The guest started but never said hello, or the wait was interrupted.
     #[error("probe boot failed: {0}")]
     NoHello(#[source] BootError),
-    /// The guest's console stayed empty: its kernel never started.
+    /// The guest's console stayed empty: its kernel never started, or stopped before its
+    /// console.
     #[error(
         "probe boot failed: the guest printed nothing in {secs} s (its kernel prints its first \
-         line within a second, even under TCG): the guest never said hello"
+         line within a second, even under TCG): the guest never said hello; {at}"
     )]
     Silent {
         /// How long the console was watched.
         secs: u64,
+        /// The domain then: its CPU time and where its vCPUs were.
+        at: Box<boot::AtNoHello>,
     },
     /// The probe domain could not be defined or started.
     #[error("{0}")]
@@ -133,12 +136,11 @@ pub async fn boot_probe(
     // Every kernel message on the console, so that a kernel that runs shows it at once.
     spec.cmdline.push_str(" ignore_loglevel");
     let boot_timeout = Duration::from_secs(PROBE_BOOT_SECS);
-    let silent = std::sync::atomic::AtomicBool::new(false);
     let stop = async {
         tokio::select! {
-            _ = cancel.cancelled() => {}
+            s = cancel.interrupted() => s,
             _ = silent_console(&spec.console_log, Duration::from_secs(PROBE_SILENT_SECS)) => {
-                silent.store(true, std::sync::atomic::Ordering::SeqCst);
+                boot::Stop::GaveUp
             }
         }
     };
@@ -147,11 +149,10 @@ pub async fn boot_probe(
             let _ = b.guest.power_off().await;
             Ok(())
         }
-        Err(BootError::Cancelled) if silent.load(std::sync::atomic::Ordering::SeqCst) => {
-            Err(ProbeError::Silent {
-                secs: PROBE_SILENT_SECS,
-            })
-        }
+        Err(BootError::GaveUp { at }) => Err(ProbeError::Silent {
+            secs: PROBE_SILENT_SECS,
+            at,
+        }),
         Err(e @ (BootError::NoHello { .. } | BootError::Cancelled)) => Err(ProbeError::NoHello(e)),
         Err(e) => Err(ProbeError::Boot(e)),
     };

@@ -138,7 +138,7 @@ pub async fn run(
             source: Box::new(e),
         };
         let started_at = t0.elapsed();
-        let b = boot_and_hello(conn, spec, boot_timeout, cancel.cancelled())
+        let b = boot_and_hello(conn, spec, boot_timeout, cancel.interrupted())
             .await
             .map_err(|e| tagged(boot_error(e, spec)))?;
         let started = started_at;
@@ -174,7 +174,7 @@ fn tail(spec: &DomainSpec) -> ConsoleTail {
 
 fn boot_error(e: BootError, spec: &DomainSpec) -> CellError {
     match e {
-        BootError::Cancelled => CellError::Interrupted,
+        BootError::Cancelled | BootError::GaveUp { .. } => CellError::Interrupted,
         BootError::Start(e) => CellError::Hypervisor(e),
         BootError::Xml(e) => CellError::DomainXml(e),
         BootError::NoHello { source, at, .. } => CellError::from_boot(source, at, tail(spec)),
