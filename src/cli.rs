@@ -306,8 +306,9 @@ pub struct MatrixArgs {
     #[arg(long, hide = true, value_name = "N")]
     pub fidelity_pairs: Option<u32>,
     /// Benchmark only: which variants a --fidelity-pairs round holds: pair (full, hand), all
-    /// (also each instrument off alone), logs (full, no logs, no latency logs) or gate (no
-    /// latency logs, as the nightly gate runs, and hand). [default: pair]
+    /// (also each instrument off alone), logs (full, no logs, no latency logs), gate (no
+    /// latency logs, as the nightly gate runs, and hand) or wakeups (hand, the status stream
+    /// alone, the watchdog alone, both). [default: pair]
     #[arg(long, hide = true, value_name = "SET")]
     pub fidelity_variants: Option<String>,
     /// Print the cells, their estimated duration and domain XML; start nothing.
