@@ -60,8 +60,9 @@ pub enum Stop {
 /// The domain as the wait for its hello ended: whether it ran, and how much CPU it had. An
 /// empty console says only that the guest printed nothing; its CPU time says why: a guest that
 /// had almost none was blocked (QEMU stuck in its disk's I/O, or starved of the host's CPUs), one
-/// that had seconds of it was running and stuck or slow inside. Read from the domain's cgroup
-/// (`Groups::Cpu`), never from QEMU's monitor, which a stuck QEMU would not answer.
+/// that had seconds of it was running and stuck or slow inside. The CPU time comes from the
+/// domain's cgroup (`Groups::Cpu`), which answers even when QEMU is stuck; the vCPUs from QEMU's
+/// monitor, asked with a time limit for that reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AtNoHello {
     /// The domain's state.
@@ -79,13 +80,15 @@ pub struct AtNoHello {
 const VCPU_READ_LIMIT: Duration = Duration::from_secs(3);
 
 impl AtNoHello {
-    fn of(domain: &RunningDomain, waited: Duration) -> AtNoHello {
+    async fn of(domain: &RunningDomain, waited: Duration) -> AtNoHello {
         let cpu = domain.stats(crate::hypervisor::domstats::Groups::Cpu);
         let state = domain.state();
-        // Only a running QEMU is asked (Xen's libxl has no QEMU monitor: its answer is an error).
+        // A stopped domain has no monitor to ask. Under Xen the call fails at once (libxl has
+        // no QEMU monitor), and no vCPUs are shown.
         let vcpus = match state {
             DomainState::Running => domain
                 .qmp_within(vcpus::INFO_REGISTERS, VCPU_READ_LIMIT)
+                .await
                 .map(|r| vcpus::parse_reply(&r))
                 .unwrap_or_default(),
             _ => vec![],
@@ -151,24 +154,23 @@ pub async fn boot_and_hello(
         Guest::hello(c, boot_timeout).await
     };
     let r = tokio::select! {
-        r = hello => r,
-        s = stop => return Err(match s {
-            Stop::Cancelled => BootError::Cancelled,
-            Stop::GaveUp => BootError::GaveUp {
-                at: Box::new(AtNoHello::of(&domain, t0.elapsed())),
-            },
-        }),
+        r = hello => Ok(r),
+        s = stop => Err(s),
     };
     match r {
-        Ok(guest) => Ok(Booted {
+        Ok(Ok(guest)) => Ok(Booted {
             domain,
             guest,
             domain_start,
         }),
-        Err(source) => Err(BootError::NoHello {
+        Ok(Err(source)) => Err(BootError::NoHello {
             source,
-            at: AtNoHello::of(&domain, t0.elapsed()),
+            at: AtNoHello::of(&domain, t0.elapsed()).await,
             console_tail: console_tail(&spec.console_log),
+        }),
+        Err(Stop::Cancelled) => Err(BootError::Cancelled),
+        Err(Stop::GaveUp) => Err(BootError::GaveUp {
+            at: Box::new(AtNoHello::of(&domain, t0.elapsed()).await),
         }),
     }
 }

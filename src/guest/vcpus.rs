@@ -1,8 +1,8 @@
 //! Where a guest's vCPUs were when it never said hello, from QEMU's `info registers -a`. An empty
-//! console says only that the guest printed nothing; the vCPUs say where it stopped: still in
-//! the firmware, in the kernel's first steps (the other vCPUs not started yet: the nested KVM
-//! here that cannot run a stock kernel), in the kernel, halted (idle, waiting), or in user space
-//! (the agent or a tool it ran).
+//! console says only that the guest printed nothing; the vCPUs say where it stopped: in the
+//! firmware or before paging, in the kernel (with the other vCPUs never started: the nested KVM
+//! here that cannot run a stock kernel stops before its console), halted (idle, waiting), or in
+//! user space (the agent or a tool it ran).
 
 /// QEMU's register dump of every vCPU, as an HMP command passed through QMP.
 pub const INFO_REGISTERS: &str =
@@ -30,11 +30,12 @@ pub struct VcpuAt {
 impl VcpuAt {
     fn place(&self) -> &'static str {
         if !self.paging {
-            // SeaBIOS parks the vCPUs the kernel has not started yet with paging off.
-            return if self.halted {
-                "halted in the firmware (not started by the kernel)"
-            } else {
-                "in the firmware or the kernel's first steps (paging off)"
+            // SeaBIOS parks the vCPUs the kernel has not started yet, halted with paging off;
+            // the first one is never parked: halted there, the firmware or the kernel gave up.
+            return match (self.halted, self.index) {
+                (true, 0) => "halted before paging (the firmware or the kernel's first steps)",
+                (true, _) => "halted in the firmware (not started by the kernel)",
+                (false, _) => "in the firmware or the kernel's first steps (paging off)",
             };
         }
         match (self.cpl, self.halted, self.ip >= KERNEL_HALF) {
@@ -84,13 +85,16 @@ fn read_line(v: &mut VcpuAt, line: &str) {
             "RIP" | "EIP" => v.ip = u64::from_str_radix(value, 16).unwrap_or(0),
             "CPL" => v.cpl = value.parse().unwrap_or(0),
             "HLT" => v.halted = value == "1",
-            "CR0" => v.paging = u64::from_str_radix(value, 16).is_ok_and(|cr0| cr0 >> 31 & 1 == 1),
+            "CR0" => {
+                v.paging = u64::from_str_radix(value, 16).is_ok_and(|cr0| cr0 & (1 << 31) != 0)
+            }
             _ => {}
         }
     }
 }
 
-/// The QMP reply's text.
+/// The vCPUs in a QMP reply to [`INFO_REGISTERS`]; none for an error or any other reply, so
+/// the caller shows no vCPUs rather than failing the description of the boot.
 pub fn parse_reply(json: &str) -> Vec<VcpuAt> {
     serde_json::from_str::<serde_json::Value>(json)
         .ok()
@@ -109,7 +113,7 @@ mod tests {
     const TCG_IDLE: &str = include_str!("../../tests/fixtures/info-registers-tcg-idle.json");
 
     #[test]
-    fn a_stuck_kvm_guest_is_in_the_kernels_first_steps_with_the_other_vcpu_never_started() {
+    fn a_stuck_kvm_guest_runs_in_the_kernel_with_the_other_vcpu_never_started() {
         let v = parse_reply(KVM_STUCK);
         assert_eq!(v.len(), 2);
         assert_eq!(
@@ -150,6 +154,12 @@ mod tests {
     fn user_space_and_garbage() {
         let v = parse("CPU#0\nRIP=00000000004012a0 RFL=00000246 CPL=3 II=0 HLT=0\nCR0=80050033\n");
         assert_eq!(v[0].to_string(), "vCPU 0 in user space at 0x4012a0");
+        // The first vCPU halted before paging was not parked by the firmware: something gave up.
+        let v = parse("CPU#0\nEIP=000fd09a EFL=00000002 CPL=0 II=0 HLT=1\nCR0=00000011\n");
+        assert_eq!(
+            v[0].to_string(),
+            "vCPU 0 halted before paging (the firmware or the kernel's first steps) at 0xfd09a"
+        );
         assert!(parse_reply("not json").is_empty());
         assert!(parse_reply(r#"{"return": 5}"#).is_empty());
         // A vCPU header without a number is no vCPU; its lines are skipped.

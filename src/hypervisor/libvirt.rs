@@ -334,16 +334,20 @@ impl RunningDomain {
     }
 
     /// A QMP command that may not be answered (a guest stuck where QEMU is stuck too): its reply
-    /// if one comes within `limit`. The call runs on a thread of its own, which a later
-    /// `destroy` releases.
-    pub fn qmp_within(&self, command_json: &str, limit: Duration) -> Option<String> {
+    /// if one comes within `limit`. The call runs on a detached thread of its own (not tokio's
+    /// blocking pool, whose threads the runtime waits for at exit), which a later `destroy`
+    /// releases; the async wait keeps the other guests of a boot storm and Ctrl-C going.
+    pub async fn qmp_within(&self, command_json: &str, limit: Duration) -> Option<String> {
         let dom = self.handle()?;
         let cmd = command_json.to_string();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(dom.qemu_monitor_command(&cmd, 0));
-        });
-        rx.recv_timeout(limit).ok()?.ok()
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("vmbench-qmp".into())
+            .spawn(move || {
+                let _ = tx.send(dom.qemu_monitor_command(&cmd, 0));
+            })
+            .ok()?;
+        tokio::time::timeout(limit, rx).await.ok()?.ok()?.ok()
     }
 
     /// Destroys the domain now. Safe to call more than once.

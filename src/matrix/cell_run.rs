@@ -253,6 +253,7 @@ impl CellCtx<'_, '_> {
                 self.timings.domain_start_ms = b.domain_start.as_millis() as u64;
                 (Arc::new(b.domain), b.guest)
             }
+            // GaveUp comes only from a stop that gives up; `interrupted` only cancels.
             Err(BootError::Cancelled | BootError::GaveUp { .. }) => {
                 return Err(CellError::Interrupted)
             }

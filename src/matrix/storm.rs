@@ -174,6 +174,7 @@ fn tail(spec: &DomainSpec) -> ConsoleTail {
 
 fn boot_error(e: BootError, spec: &DomainSpec) -> CellError {
     match e {
+        // GaveUp comes only from a stop that gives up; `interrupted` only cancels.
         BootError::Cancelled | BootError::GaveUp { .. } => CellError::Interrupted,
         BootError::Start(e) => CellError::Hypervisor(e),
         BootError::Xml(e) => CellError::DomainXml(e),
