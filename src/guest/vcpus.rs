@@ -13,7 +13,7 @@ pub const INFO_REGISTERS: &str =
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
 /// One vCPU's state as `info registers` printed it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VcpuAt {
     /// The vCPU's number (`CPU#N`).
     pub index: u32,
@@ -63,10 +63,7 @@ pub fn parse(text: &str) -> Vec<VcpuAt> {
             out.extend(cur.take());
             cur = n.parse().ok().map(|index| VcpuAt {
                 index,
-                ip: 0,
-                cpl: 0,
-                halted: false,
-                paging: false,
+                ..VcpuAt::default()
             });
         } else if let Some(v) = cur.as_mut() {
             read_line(v, line);
