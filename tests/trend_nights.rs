@@ -1,16 +1,23 @@
 //! Issue 24's "a month, real and short": the README's history-gate recipe on real guests. Five
-//! short nights of one local raw cell, then nights with the disk capped at half its measured
-//! IOPS (`--iops-limit`): `vmbench trend --gate` exits 1 within `--within` (4) capped nights, the
-//! window the README promises, and the trend names the first capped night as the change point's
-//! start, with the cap as what changed in the system under test. Sized for CI: 4 s jobs, one
-//! repeat per night.
+//! short nights of one local raw cell, then nights with the disk capped at a quarter of its
+//! measured IOPS (`--iops-limit`): `vmbench trend --gate` exits 1 within `--within` (4) capped
+//! nights, the window the README promises, and the trend names the first capped night as the
+//! change point's start, with the cap as what changed in the system under test. Sized for CI: 4 s
+//! jobs, one repeat per night.
 //!
-//! Why up to four capped nights: at one repeat per night a TCG night varies by 3-10% (boot to
-//! boot, more beside other tests), and the gate's bar is p x 8 series < 0.001 (Bonferroni) with
-//! a pooled t-test whose df is the nights minus two. At 10% a halving gives t of about 6 after
-//! two capped nights (p near 1e-3 at df 5: not enough, as a fresh-clone run showed), about 8
-//! after three and about 10 after four (p near 2e-5 at df 7); alone at 3-4% it fails on the
-//! second capped night (seen twice).
+//! Why a quarter, not half (as `compare_ab`'s capped night): at one repeat per night a TCG night
+//! varies by 3-12% here and the five uncapped nights have drifted by 28-30% in CI runs (5,912 ->
+//! 4,246 and 7,582 -> 5,324 read+write IOPS). Against that a halving is not always placed where
+//! it began: twice in fresh-clone CI (stops 42 and 44) the second capped night failed the gate on
+//! a change in a noisier series (read p99 latency, +53%) placed at the last uncapped night, which
+//! is the detector estimating a step that the drift blurs, not a wrong gate. A 75% drop is well
+//! clear of that drift in every series. How small a drop the gate finds, and how late, is
+//! `trend_month`'s question (a 15% drop, 200 simulated months).
+//!
+//! Why up to four capped nights: the gate's bar is p x 8 series < 0.001 (Bonferroni) with a
+//! pooled t-test whose df is the nights minus two, and a change needs two nights after it; a
+//! quarter fails the second capped night when the uncapped nights are steady, a later one when
+//! they are not.
 use crate::common;
 use common::*;
 use std::process::{Command, Output};
@@ -98,7 +105,7 @@ fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
         }
     }
     let total: f64 = base.iter().sum::<f64>() / base.len() as f64;
-    let cap = ((total / 2.0).round() as u64).max(1).to_string();
+    let cap = ((total / 4.0).round() as u64).max(1).to_string();
     eprintln!(
         "uncapped nights: read+write IOPS {base:.0?}, mean {total:.0}; cap {cap}; {:.0} s",
         t.elapsed().as_secs_f64()
@@ -138,7 +145,8 @@ fn capped_nights_fail_the_history_gate_and_the_trend_names_the_night() {
     for r in regs {
         let c = &r["change"];
         assert_eq!(c["run_id"], first_capped.as_str(), "{r}");
-        // Worse by more than a quarter: IOPS down, latency up (a regression either way).
+        // Worse by more than a quarter: IOPS down, latency up (a regression either way); the cap
+        // takes three quarters.
         assert_eq!(c["regression"], true, "{r}");
         let pct = c["change_pct"].as_f64().unwrap();
         let lower_is_worse = r["key"].as_str().unwrap().ends_with("_iops");
