@@ -350,3 +350,122 @@ fn trend_cli_bad_input_is_exit_2_and_an_empty_store_is_exit_3() {
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("not enough nights"), "{err}");
 }
+
+/// One local raw cell's eight headline series over six real nights of `trend_nights` (one repeat
+/// a night, 2 s jobs) on a host where a CPU hog started at night 2: the uncapped nights got
+/// faster there (read IOPS 4,029 -> 5,500, read latency 2,641 -> 1,859 µs), and night 5 is the
+/// first with the disk capped at a quarter of its IOPS.
+const HOG_THEN_CAP: [(&str, Better, [f64; 6]); 8] = [
+    (
+        "read_iops",
+        Better::Higher,
+        [
+            4029.485257,
+            4220.389805,
+            5499.750374,
+            5547.726137,
+            5741.629185,
+            1292.039801,
+        ],
+    ),
+    (
+        "read_bw_mib_s",
+        Better::Higher,
+        [
+            31.480353, 32.971795, 42.966800, 43.341610, 44.856478, 10.094061,
+        ],
+    ),
+    (
+        "read_lat_mean_us",
+        Better::Lower,
+        [
+            2640.792230,
+            2534.243853,
+            1858.860487,
+            1887.816733,
+            1827.397916,
+            11044.305587,
+        ],
+    ),
+    (
+        "read_lat_p99_us",
+        Better::Lower,
+        [13041.664, 7176.192, 6651.904, 6127.616, 5996.544, 18481.152],
+    ),
+    (
+        "write_iops",
+        Better::Higher,
+        [
+            1743.628186,
+            1825.587206,
+            2367.948078,
+            2385.807096,
+            2467.766117,
+            580.597015,
+        ],
+    ),
+    (
+        "write_bw_mib_s",
+        Better::Higher,
+        [
+            13.622095, 14.262400, 18.499594, 18.639117, 19.279423, 4.535913,
+        ],
+    ),
+    (
+        "write_lat_mean_us",
+        Better::Lower,
+        [
+            2855.104549,
+            2701.652253,
+            2379.013449,
+            2217.382254,
+            2151.478457,
+            2678.815801,
+        ],
+    ),
+    (
+        "write_lat_p99_us",
+        Better::Lower,
+        [13172.736, 7045.120, 15400.960, 7438.336, 7241.728, 9764.864],
+    ),
+];
+
+/// Tonight's capped night is one odd night after an earlier improvement: the gate must not fail.
+/// It did when a change's direction came from the segments' means: the night-2 change in read
+/// latency (an improvement, medians 2,588 -> 1,873 µs) had tonight's 11,044 µs in its after
+/// segment, whose mean (4,155) then read +61%, "a regression", p 1.2e-4.
+#[test]
+fn an_improvement_then_one_capped_night_is_not_a_regression() {
+    let runs: Vec<RunRecord> = (0..6)
+        .map(|n| {
+            let metrics = HOG_THEN_CAP
+                .iter()
+                .map(|(key, better, v)| Metric::num(key, key, "", *better, v[n]))
+                .collect();
+            RunRecord {
+                run_id: format!("20261207-2326{n:02}-0000"),
+                started: format!("2026-12-07T23:26:{n:02}+00:00"),
+                command: vec!["vmbench".into(), "matrix".into()],
+                cells: vec![CellResult {
+                    metrics,
+                    provenance: provenance(0),
+                    ..CellResult::new(Cell::default(), 0, Outcome::Passed)
+                }],
+            }
+        })
+        .collect();
+    let (t, report) = trend::gate(&runs, &TrendOptions::default());
+    let report = report.unwrap();
+    assert_ne!(report.outcome, GateOutcome::Fail, "{}", report.text());
+    assert!(report.regressions.is_empty(), "{}", report.text());
+    let lat = t
+        .series
+        .iter()
+        .find(|s| s.key == "read_lat_mean_us")
+        .unwrap();
+    for c in &lat.change_points {
+        assert!(!c.regression, "{c:?}");
+        assert!(c.change_pct < 0.0, "{c:?}");
+        assert!((c.after.median - 1873.3).abs() < 0.1, "{c:?}");
+    }
+}

@@ -161,6 +161,14 @@ fn pooled_t_p(
     crate::compare::stats::student_t_two_sided_p((mb - ma) / se, df)
 }
 
+/// The median of `v` (NaN when empty).
+pub fn median_of(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    median(&mut v.to_vec())
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();

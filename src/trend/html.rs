@@ -204,15 +204,15 @@ fn table(s: &Series) -> String {
         return "<p class='note'>no change point</p>".into();
     }
     let mut out = String::from(
-        "<table><tr><th>began on night</th><th>before (mean, 95% CI, nights)</th>\
-         <th>after</th><th>change</th><th>p</th><th>system under test that night</th></tr>",
+        "<table><tr><th>began on night</th><th>before (median; mean, 95% CI; nights)</th>\
+         <th>after</th><th>change of the median</th><th>p</th><th>system under test that night</th></tr>",
     );
     for c in &s.change_points {
         let seg = |g: &super::Segment| {
             let ci = g
                 .ci95
                 .map_or("no CI".into(), |(a, b)| format!("[{}, {}]", fmt(a), fmt(b)));
-            format!("{} {ci}, {}", fmt(g.mean), g.nights)
+            format!("{}; {} {ci}; {}", fmt(g.median), fmt(g.mean), g.nights)
         };
         let sut = if c.sut_changes.is_empty() {
             "no recorded change".to_string()

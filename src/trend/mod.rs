@@ -126,6 +126,9 @@ pub struct NightValue {
 pub struct Segment {
     /// Nights in it.
     pub nights: usize,
+    /// Median of their values: the location a change's direction and size are measured from, as
+    /// the t-test's is (one odd night barely moves it).
+    pub median: f64,
     /// Mean of their values.
     pub mean: f64,
     /// 95% confidence interval of that mean (Student t over the nights' values).
@@ -158,7 +161,10 @@ pub struct ChangePoint {
     pub before: Segment,
     /// The nights from this one to the next change point.
     pub after: Segment,
-    /// (after - before) / before, in percent.
+    /// (after - before) / before of the segments' medians, in percent. Not their means: one odd
+    /// night tonight (the first of a drop) in a segment after an earlier change moved its mean
+    /// across the one before and made an improvement a "regression" (`tests/trend_month.rs`:
+    /// `an_improvement_then_one_capped_night_is_not_a_regression`).
     pub change_pct: f64,
     /// Whether the change is for the worse in this metric's direction.
     pub regression: bool,
@@ -273,6 +279,7 @@ fn t975(df: usize) -> f64 {
 fn segment(values: &[f64]) -> Segment {
     Segment {
         nights: values.len(),
+        median: edivisive::median_of(values),
         mean: stats::mean(values).unwrap_or(f64::NAN),
         ci95: ci95(values),
     }
@@ -336,7 +343,7 @@ fn change_point(
     let (before, after) = edivisive::sides(values, found, i);
     let (before, after) = (segment(before), segment(after));
     let point = found[i].index;
-    let change_pct = (after.mean / before.mean - 1.0) * 100.0;
+    let change_pct = (after.median / before.median - 1.0) * 100.0;
     let regression = match s.better {
         Better::Higher => change_pct < 0.0,
         Better::Lower => change_pct > 0.0,

@@ -21,7 +21,8 @@ fn ci(c: Option<(f64, f64)>) -> String {
 
 fn seg(s: &Segment, unit: &str) -> String {
     format!(
-        "{} {unit} 95% CI {} over {} night(s)",
+        "median {} {unit} (mean {}, 95% CI {}) over {} night(s)",
+        num(s.median),
         num(s.mean),
         ci(s.ci95),
         s.nights
