@@ -468,4 +468,7 @@ fn an_improvement_then_one_capped_night_is_not_a_regression() {
         assert!(c.change_pct < 0.0, "{c:?}");
         assert!((c.after.median - 1873.3).abs() < 0.1, "{c:?}");
     }
+    // The page draws the after segment at its median too, below the before segment's 2,588.
+    let page = t.html(Some(&report));
+    assert!(page.contains("segment median 1873 over 4 nights"), "html");
 }

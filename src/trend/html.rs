@@ -1,5 +1,5 @@
 //! The trend as one self-contained HTML page: per cell x metric, an SVG chart of the nightly
-//! values with each night's 95% CI, the segment means between change points, the change points
+//! values with each night's 95% CI, the segment medians between change points, the change points
 //! marked, and the nights where the system under test changed annotated.
 
 use super::{GateOutcome, GateReport, Series, Trend};
@@ -105,11 +105,14 @@ fn segments(out: &mut String, sc: &Scale, s: &Series) {
         let (Some(a), Some(b)) = (pts.first(), pts.last()) else {
             continue;
         };
-        let m = pts.iter().map(|p| p.mean).sum::<f64>() / pts.len() as f64;
+        // The median, where the change's direction and size are measured from: a mean line
+        // lifted by one odd night would draw an improvement as a step up.
+        let values: Vec<f64> = pts.iter().map(|p| p.mean).collect();
+        let m = super::edivisive::median_of(&values);
         let _ = write!(
             out,
             "<line x1='{:.1}' x2='{:.1}' y1='{:.1}' y2='{:.1}' stroke='#2a7' stroke-width='2' \
-             stroke-dasharray='6,3'><title>segment mean {} over {} nights</title></line>",
+             stroke-dasharray='6,3'><title>segment median {} over {} nights</title></line>",
             sc.x(a.night),
             sc.x(b.night),
             sc.y(m),
