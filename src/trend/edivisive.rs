@@ -131,12 +131,9 @@ pub fn student_t_p(a: &[f64], b: &[f64]) -> f64 {
 /// of a "change" that only the last night made (`one_odd_last_night_does_not_make_a_change_
 /// earlier`). This departs from Otava, which pools the standard deviations around the means.
 pub fn robust_t_p(a: &[f64], b: &[f64]) -> f64 {
-    pooled_t_p(
-        a,
-        b,
-        |v| median(&mut v.to_vec()),
-        |v| robust_sd(v).powi(2) * (v.len() - 1) as f64,
-    )
+    pooled_t_p(a, b, median_of, |v| {
+        robust_sd(v).powi(2) * (v.len() - 1) as f64
+    })
 }
 
 /// The two-sided Student t p-value of `loc(b) - loc(a)` with the variance pooled from `ss`, each
@@ -186,8 +183,7 @@ pub fn robust_sd(v: &[f64]) -> f64 {
 }
 
 fn mad(v: &[f64]) -> f64 {
-    let mut w = v.to_vec();
-    let m = median(&mut w);
+    let m = median_of(v);
     let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
     median(&mut dev)
 }
